@@ -1,0 +1,29 @@
+// Device discovery and small device utilities. query_device() never throws: on a machine
+// without a usable GPU it says why, so tools and GPU tests can skip with a message.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "kbmla/helpers.hpp"
+
+namespace kbmla {
+
+struct DeviceInfo {
+  bool present = false;         // a CUDA device answered
+  bool supported = false;       // compute capability 9.0 (this build's sm_90a kernels)
+  int ordinal = 0;
+  ComputeCapability cc{0, 0};
+  int sm_count = 0;
+  size_t l2_bytes = 0;
+  std::string name;
+  std::string reason;           // why not present / not supported
+};
+
+DeviceInfo query_device(int ordinal = 0);
+
+// Fills `count` floats at `ptr` (device memory) with `value` on `stream` (a cudaStream_t).
+// Tests use it to poison outputs with NaN. Throws kbmla::Error on a CUDA error.
+void fill_device_f32(float* ptr, size_t count, float value, void* stream);
+
+}  // namespace kbmla

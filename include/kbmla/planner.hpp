@@ -1,0 +1,43 @@
+// Host planner: validates a plan request with clear errors and runs the planner core
+// (planner_core.hpp) into owned host buffers. Plan once per decode step; every layer of
+// the step reuses the plan.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kbmla/planner_core.hpp"
+#include "kbmla/work_format.hpp"
+
+namespace kbmla {
+
+struct HostPlan {
+  PlanShape shape;
+  PlanCounts counts;
+  std::vector<int32_t> work_list;      // [counts.work_list_len]
+  std::vector<int32_t> num_splits;     // [batch]
+  std::vector<int32_t> first_slot;     // [batch]
+  std::vector<int32_t> bounds_offset;  // [batch]
+  std::vector<int32_t> bounds;         // [counts.num_bounds]
+  std::vector<int32_t> zero_fill;      // [counts.num_zero_fill]
+  std::vector<int64_t> cluster_cost;   // [counts.num_clusters], the cost model's load per slot
+
+  SplitTableView split_table() const {
+    return {num_splits.data(), first_slot.data(), bounds_offset.data(), bounds.data()};
+  }
+  // Bytes of workspace the decode needs for this plan (partials of split requests).
+  size_t workspace_bytes(int d_v) const;
+};
+
+// Throws kbmla::Error naming the field, its value and the allowed range.
+void validate_plan_shape(const PlanShape& shape);
+
+// Throws on an invalid shape, a negative seqlen, or seqlens.size() != shape.batch.
+HostPlan make_host_plan(const PlanShape& shape, std::span<const int32_t> seqlens);
+
+// Upper bound of partial-output slots for any seqlens at this shape: 2 (G - 1), G the
+// cluster slots (every split request's extra pieces come from cuts between slots).
+int64_t max_partial_slots(const PlanShape& shape);
+
+}  // namespace kbmla

@@ -1,0 +1,329 @@
+// KV-balanced planner core: plain integer C++, host/device (KBMLA_HD), no allocation,
+// no exceptions. The host planner (planner.hpp) and the device planner run this very
+// code, so both produce the same bytes by construction.
+//
+// Model. A request b with L tokens has nb = ceil(L / kv_block) KV blocks and, with the
+// cross-boundary row layout, T = ceil(heads * q_len / tile_rows) q tiles, of which the
+// first t0 see no key at all (causal with L < q_len, or L = 0). A work item is
+// (q tile, request, split); a split is a contiguous KV block range of the request, and
+// every q tile of the request with a visible key gets one item per split. A cluster
+// slot (one cluster of `cluster_size` CTAs) costs
+//     sum over its items of  blocks * per_kv_block + per_item (+ per_split if split).
+//
+// Algorithm. Requests are taken in index order and poured into cluster slots up to a
+// capacity `cap`; a request that does not fit the current slot is cut there (if at least
+// min_piece blocks fit) and continues in the next slot, so splits of one request may
+// differ in length. The smallest cap for which everything fits in the available slots is
+// found by exponential then binary search over integers. Because pieces of one request
+// go to consecutive slots and each cut advances the slot, a plan has at most
+// B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots.
+//
+// Work-list form. We use the seed's walk with the wider column form: slot g's items sit
+// at entries g, g + G, g + 2G, ... followed by one negative entry; the list length is
+// G * (max items per slot + 1) and every entry past a column's items is negative. So a
+// CTA stops at the end of its own column, and one slot may take several short requests
+// while another takes one long slice.
+#pragma once
+
+#include <climits>
+#include <cstdint>
+
+#include "kbmla/hd.hpp"
+#include "kbmla/work_format.hpp"
+
+namespace kbmla {
+
+// Cost units are nanoseconds of one CTA (cluster) of an H200 at full HBM bandwidth.
+// Placeholders until issue 3 calibrates them on the GPU:
+//   per_kv_block: 64 tokens x 1152 B = 73.7 KB; 4.3 TB/s shared by 132 SMs gives ~32 GB/s
+//                 per SM, so ~2300 ns.
+//   per_item:     Q tile load (72 KiB), pipeline fill and epilogue, ~1.5 blocks' worth.
+//   per_split:    partial O write (64 x 512 fp32 = 128 KiB) and its combine read.
+struct CostModel {
+  int64_t per_kv_block;
+  int64_t per_item;
+  int64_t per_split;
+};
+inline constexpr CostModel kDefaultCostModel{2300, 3000, 2500};
+
+struct PlanShape {
+  int batch = 1;
+  int q_len = 1;
+  int heads = 1;
+  bool causal = true;
+  int tile_rows = 64;     // rows of one q tile (all CTAs of its cluster together)
+  int cluster_size = 1;   // CTAs per cluster; each takes tile_rows / cluster_size rows
+  int kv_block = 64;      // tokens per KV block (the planner's unit of splitting)
+  int num_ctas = 132;     // CTA budget; G = num_ctas / cluster_size cluster slots
+  CostModel cost = kDefaultCostModel;
+};
+
+enum PlanStatus : int {
+  kPlanOk = 0,
+  kPlanNegativeSeqlen = 1,     // some seqlens[b] < 0
+  kPlanCapacityTooSmall = 2,   // an output buffer is smaller than the counts require
+  kPlanListTooLong = 3,        // the work list would exceed 2^31 - 1 entries
+};
+
+struct PlanCounts {
+  int status = kPlanOk;
+  int bad_index = -1;          // the request that caused a status other than kPlanOk
+  int num_clusters = 0;        // G
+  int num_q_tiles = 0;         // T
+  int64_t cap = 0;             // the per-slot cost limit the fill used
+  int max_items_per_cluster = 0;
+  int work_list_len = 0;       // G * (max_items_per_cluster + 1)
+  int num_items = 0;
+  int num_pieces = 0;          // sum of num_splits
+  int num_bounds = 0;          // sum of (num_splits + 1) over requests with work
+  int num_slots = 0;           // partial-output slots (requests with > 1 split)
+  int num_zero_fill = 0;       // q tiles with no visible key
+};
+
+struct PlanBuffers {
+  int32_t* work_list = nullptr;
+  int work_list_capacity = 0;
+  int32_t* num_splits = nullptr;      // [batch]
+  int32_t* first_slot = nullptr;      // [batch]
+  int32_t* bounds_offset = nullptr;   // [batch]
+  int32_t* bounds = nullptr;
+  int bounds_capacity = 0;
+  int32_t* zero_fill = nullptr;       // entries (q_tile, batch, split 0)
+  int zero_fill_capacity = 0;
+  int64_t* cluster_cost = nullptr;    // optional [G]
+};
+
+namespace plan_detail {
+
+KBMLA_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
+KBMLA_HD int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// First q tile whose rows see at least one key; T when none does.
+KBMLA_HD int first_visible_tile(const PlanShape& p, int seqlen, int num_tiles) {
+  if (seqlen <= 0) return num_tiles;
+  if (!p.causal || seqlen >= p.q_len) return 0;
+  // Token i sees seqlen - q_len + i + 1 keys: the first seeing one is q_len - seqlen.
+  int first_token = p.q_len - seqlen;
+  return (first_token * p.heads) / p.tile_rows;
+}
+
+struct RequestInfo {
+  int blocks;        // nb
+  int first_tile;    // t0
+  int tiles;         // T - t0, tiles with items
+  int min_piece;     // smallest split, in blocks: ceil(nb / 256), at least 1
+};
+
+KBMLA_HD RequestInfo request_info(const PlanShape& p, int seqlen, int num_tiles) {
+  RequestInfo r{};
+  r.blocks = seqlen > 0 ? ceil_div(seqlen, p.kv_block) : 0;
+  r.first_tile = first_visible_tile(p, seqlen, num_tiles);
+  r.tiles = num_tiles - r.first_tile;
+  if (r.blocks == 0) r.tiles = 0;
+  r.min_piece = r.blocks > 0 ? ceil_div(r.blocks, kMaxSplitsPerRequest) : 1;
+  return r;
+}
+
+// Counts, and optionally writes, one fill at capacity `cap`. Returns false when the
+// requests do not fit the G slots at this cap.
+struct FillState {
+  int cluster = 0;
+  int64_t load = 0;
+};
+
+struct NullSink {
+  KBMLA_HD void piece(int, int, const RequestInfo&, int, int, int) {}
+  KBMLA_HD void request_done(int, const RequestInfo&, int) {}
+  KBMLA_HD void cluster_done(int, int64_t) {}
+};
+
+template <class Sink>
+KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, int num_clusters, int64_t cap,
+                   Sink& sink) {
+  const CostModel c = p.cost;
+  FillState st;
+  for (int b = 0; b < p.batch; ++b) {
+    RequestInfo r = request_info(p, seqlens[b], num_tiles);
+    if (r.blocks == 0 || r.tiles == 0) {
+      sink.request_done(b, r, 0);
+      continue;
+    }
+    const int64_t nt = r.tiles;
+    const int64_t whole = nt * (int64_t{r.blocks} * c.per_kv_block + c.per_item);
+    const int64_t piece_overhead = nt * (c.per_item + c.per_split);
+    int split = 0;
+    int begin = 0;
+    for (;;) {
+      if (st.cluster >= num_clusters) return false;
+      if (split == 0 && st.load + whole <= cap) {
+        sink.piece(st.cluster, b, r, 0, 0, r.blocks);
+        st.load += whole;
+        split = 1;
+        break;
+      }
+      const int remaining = r.blocks - begin;
+      const int64_t space = cap - st.load - piece_overhead;
+      const int64_t fit = space >= 0 ? space / (nt * c.per_kv_block) : 0;
+      if (split > 0 && fit >= remaining) {
+        sink.piece(st.cluster, b, r, split, begin, r.blocks);
+        st.load += piece_overhead + nt * remaining * c.per_kv_block;
+        ++split;
+        break;
+      }
+      if (fit >= r.min_piece && fit < remaining && split + 1 < kMaxSplitsPerRequest) {
+        const int k = static_cast<int>(fit);
+        sink.piece(st.cluster, b, r, split, begin, begin + k);
+        st.load += piece_overhead + nt * k * c.per_kv_block;
+        ++split;
+        begin += k;
+      } else if (st.load == 0) {
+        return false;  // not even a minimal piece fits an empty slot: cap too small
+      }
+      sink.cluster_done(st.cluster, st.load);
+      ++st.cluster;
+      st.load = 0;
+    }
+    sink.request_done(b, r, split);
+  }
+  if (st.load > 0) {
+    if (st.cluster >= num_clusters) return false;
+    sink.cluster_done(st.cluster, st.load);
+  }
+  return true;
+}
+
+// Counts items per slot and the table sizes (second pass of the plan).
+struct CountSink {
+  int current_cluster = -1;
+  int items_in_cluster = 0;
+  PlanCounts* counts;
+  KBMLA_HD explicit CountSink(PlanCounts* c) : counts(c) {}
+  KBMLA_HD void piece(int cluster, int, const RequestInfo& r, int, int, int) {
+    if (cluster != current_cluster) {
+      current_cluster = cluster;
+      items_in_cluster = 0;
+    }
+    items_in_cluster += r.tiles;
+    counts->num_items += r.tiles;
+    if (items_in_cluster > counts->max_items_per_cluster) counts->max_items_per_cluster = items_in_cluster;
+  }
+  KBMLA_HD void request_done(int, const RequestInfo& r, int splits) {
+    counts->num_pieces += splits;
+    if (splits > 0) counts->num_bounds += splits + 1;
+    if (splits > 1) counts->num_slots += splits;
+    counts->num_zero_fill += r.tiles == 0 ? counts->num_q_tiles : r.first_tile;
+  }
+  KBMLA_HD void cluster_done(int, int64_t) {}
+};
+
+// Writes the work list, split table and zero-fill list (third pass).
+struct WriteSink {
+  const PlanShape* p;
+  const PlanCounts* counts;
+  PlanBuffers* out;
+  int current_cluster = -1;
+  int items_in_cluster = 0;
+  int bounds_used = 0;
+  int slots_used = 0;
+  int zero_fill_used = 0;
+  KBMLA_HD void piece(int cluster, int b, const RequestInfo& r, int split, int begin, int end) {
+    if (cluster != current_cluster) {
+      current_cluster = cluster;
+      items_in_cluster = 0;
+    }
+    for (int t = r.first_tile; t < counts->num_q_tiles; ++t) {
+      out->work_list[cluster + items_in_cluster * counts->num_clusters] = make_work_entry(t, b, p->batch, split);
+      ++items_in_cluster;
+    }
+    if (split == 0) out->bounds_offset[b] = bounds_used;
+    out->bounds[bounds_used + split] = begin;
+    out->bounds[bounds_used + split + 1] = end;
+  }
+  KBMLA_HD void request_done(int b, const RequestInfo& r, int splits) {
+    out->num_splits[b] = splits;
+    out->first_slot[b] = splits > 1 ? slots_used : -1;
+    if (splits > 1) slots_used += splits;
+    if (splits > 0) {
+      bounds_used += splits + 1;
+    } else {
+      out->bounds_offset[b] = bounds_used;
+    }
+    const int zero_tiles = r.tiles == 0 ? counts->num_q_tiles : r.first_tile;
+    for (int t = 0; t < zero_tiles; ++t) out->zero_fill[zero_fill_used++] = make_work_entry(t, b, p->batch, 0);
+  }
+  KBMLA_HD void cluster_done(int cluster, int64_t load) {
+    if (out->cluster_cost != nullptr) out->cluster_cost[cluster] = load;
+  }
+};
+
+}  // namespace plan_detail
+
+// Pass 1 + 2: finds the cap and counts every output. Shapes must be valid (the host
+// checks them); seqlens are data and are checked here.
+KBMLA_HD_NOINLINE inline PlanCounts plan_measure(const PlanShape& p, const int32_t* seqlens) {
+  using namespace plan_detail;
+  PlanCounts counts;
+  counts.num_q_tiles = ceil_div(p.heads * p.q_len, p.tile_rows);
+  counts.num_clusters = p.num_ctas / p.cluster_size;
+  int64_t total = 0;
+  for (int b = 0; b < p.batch; ++b) {
+    if (seqlens[b] < 0) {
+      counts.status = kPlanNegativeSeqlen;
+      counts.bad_index = b;
+      return counts;
+    }
+    RequestInfo r = request_info(p, seqlens[b], counts.num_q_tiles);
+    total += int64_t{r.tiles} * (int64_t{r.blocks} * p.cost.per_kv_block + p.cost.per_item);
+  }
+  const int G = counts.num_clusters;
+  NullSink null_sink;
+  // Exponential search up from the overhead-free lower bound, then bisection; `high` is
+  // always a cap that was verified to fit.
+  int64_t low = ceil_div64(total, G) - 1;  // known (or assumed) not to fit
+  if (low < 0) low = 0;
+  int64_t step = int64_t{counts.num_q_tiles} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block);
+  int64_t high = low + 1;
+  while (!fill(p, seqlens, counts.num_q_tiles, G, high, null_sink)) {
+    low = high;
+    high += step;
+    step *= 2;
+  }
+  while (high - low > 1) {
+    int64_t mid = low + (high - low) / 2;
+    if (fill(p, seqlens, counts.num_q_tiles, G, mid, null_sink)) {
+      high = mid;
+    } else {
+      low = mid;
+    }
+  }
+  counts.cap = high;
+  CountSink count_sink(&counts);
+  fill(p, seqlens, counts.num_q_tiles, G, high, count_sink);
+  const int64_t len = int64_t{G} * (counts.max_items_per_cluster + 1);
+  if (len > INT32_MAX) {
+    counts.status = kPlanListTooLong;
+    return counts;
+  }
+  counts.work_list_len = static_cast<int>(len);
+  return counts;
+}
+
+// Pass 3: writes the plan into caller buffers sized from `counts`.
+KBMLA_HD_NOINLINE inline int plan_write(const PlanShape& p, const int32_t* seqlens, const PlanCounts& counts,
+                                        PlanBuffers& out) {
+  using namespace plan_detail;
+  if (counts.status != kPlanOk) return counts.status;
+  if (out.work_list_capacity < counts.work_list_len || out.bounds_capacity < counts.num_bounds ||
+      out.zero_fill_capacity < counts.num_zero_fill) {
+    return kPlanCapacityTooSmall;
+  }
+  for (int i = 0; i < counts.work_list_len; ++i) out.work_list[i] = kNoWork;
+  if (out.cluster_cost != nullptr) {
+    for (int g = 0; g < counts.num_clusters; ++g) out.cluster_cost[g] = 0;
+  }
+  WriteSink sink{&p, &counts, &out};
+  fill(p, seqlens, counts.num_q_tiles, counts.num_clusters, counts.cap, sink);
+  return kPlanOk;
+}
+
+}  // namespace kbmla

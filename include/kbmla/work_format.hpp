@@ -1,0 +1,81 @@
+// Formats shared by the planner (host and device), the decode kernel and the combine.
+//
+// Work-list entry (int32): ((q_tile * B + batch) << 8) | split, or negative for "no work".
+//   split < 256 (8 bits) and q_tile * B + batch < 2^23, so every valid entry is >= 0.
+//
+// Split table (one row per request b, arrays of B, plus one boundary array):
+//   num_splits[b]     0 for a request with no work item (seqlen 0 or every row masked),
+//                     1 when its items write the final output, > 1 when they write
+//                     partials that the combine merges.
+//   first_slot[b]     first partial-output slot of b when num_splits[b] > 1, else -1.
+//   bounds_offset[b]  index into `bounds` of b's first boundary; split s covers KV blocks
+//                     [bounds[off + s], bounds[off + s + 1]). Splits may differ in length.
+//   bounds            num_splits[b] + 1 entries per request with work, 0 for others.
+//
+// Workspace (bytes, 256-aligned sections, caller-owned device memory):
+//   [error word | partial LSE  slots x rows fp32 | partial O  slots x rows x d_v fp32]
+//   where rows = heads * q_len of one request; slot (first_slot[b] + s) holds split s of
+//   request b for all its rows (each q tile writes its own rows).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kbmla/hd.hpp"
+
+namespace kbmla {
+
+constexpr int kWorkSplitBits = 8;
+constexpr int kMaxSplitsPerRequest = 1 << kWorkSplitBits;   // 256
+constexpr int32_t kMaxTileBatchIndex = 1 << 23;              // q_tile * B + batch < 2^23
+constexpr int32_t kNoWork = -1;
+
+static_assert(sizeof(int32_t) == 4, "work entries are 32-bit");
+static_assert((int64_t{kMaxTileBatchIndex - 1} << kWorkSplitBits | (kMaxSplitsPerRequest - 1)) <= INT32_MAX,
+              "the largest valid entry must stay non-negative");
+
+KBMLA_HD int32_t make_work_entry(int q_tile, int batch, int num_batch, int split) {
+  return ((q_tile * num_batch + batch) << kWorkSplitBits) | split;
+}
+KBMLA_HD int32_t work_entry_tile_batch(int32_t entry) { return entry >> kWorkSplitBits; }
+KBMLA_HD int32_t work_entry_split(int32_t entry) { return entry & (kMaxSplitsPerRequest - 1); }
+
+// Device-visible views of the split table (pointers into one plan buffer).
+struct SplitTableView {
+  const int32_t* num_splits;
+  const int32_t* first_slot;
+  const int32_t* bounds_offset;
+  const int32_t* bounds;
+};
+
+// Error word bits raised by kernels in workspace[0]; the API reports them.
+enum DeviceErrorBits : uint32_t {
+  kErrSeqlenNegative = 1u << 0,        // seqlens[b] < 0
+  kErrSeqlenBeyondBlockTable = 1u << 1, // seqlens[b] > max_pages * page_size
+  kErrPageIndexOutOfRange = 1u << 2,    // block_table entry outside [0, num_pages)
+  kErrPlanMismatch = 1u << 3,           // seqlens differ from those the plan was made for
+};
+
+constexpr size_t kWorkspaceAlign = 256;
+
+KBMLA_HD size_t align_up(size_t bytes, size_t align) { return (bytes + align - 1) / align * align; }
+
+struct WorkspaceLayout {
+  size_t error_word_offset;
+  size_t partial_lse_offset;
+  size_t partial_o_offset;
+  size_t total_bytes;
+};
+
+KBMLA_HD WorkspaceLayout workspace_layout(int64_t num_slots, int rows_per_request, int d_v) {
+  WorkspaceLayout w{};
+  w.error_word_offset = 0;
+  w.partial_lse_offset = kWorkspaceAlign;
+  size_t lse_bytes = static_cast<size_t>(num_slots) * rows_per_request * sizeof(float);
+  w.partial_o_offset = w.partial_lse_offset + align_up(lse_bytes, kWorkspaceAlign);
+  size_t o_bytes = static_cast<size_t>(num_slots) * rows_per_request * d_v * sizeof(float);
+  w.total_bytes = w.partial_o_offset + align_up(o_bytes, kWorkspaceAlign);
+  return w;
+}
+
+}  // namespace kbmla

@@ -1,0 +1,57 @@
+#include "tools/cases.hpp"
+
+#include <cstdlib>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kbmla/error.hpp"
+
+namespace kbmla::tools {
+
+std::vector<BenchCase> load_cases(const std::string& path) {
+  std::ifstream in(path);
+  require(in.good(), "cannot open cases file '", path, "'");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(detail::concat("cases file '", path, "' is not valid JSON: ", e.what()));
+  }
+  require(doc.contains("cases") && doc["cases"].is_array(), "cases file '", path, "' has no \"cases\" array");
+  std::vector<BenchCase> cases;
+  for (const auto& c : doc["cases"]) {
+    BenchCase bc;
+    try {
+      bc.name = c.at("name").get<std::string>();
+      bc.batch = c.at("batch").get<int>();
+      bc.q_len = c.at("q_len").get<int>();
+      bc.heads = c.at("heads").get<int>();
+      bc.seqlens = c.at("seqlens").get<std::vector<int>>();
+      if (c.contains("reference_kernel_pct_of_copy")) bc.reference_pct_of_copy = c["reference_kernel_pct_of_copy"].get<double>();
+      if (c.contains("reference_kernel_tflops")) bc.reference_tflops = c["reference_kernel_tflops"].get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(detail::concat("cases file '", path, "': case #", cases.size(), ": ", e.what()));
+    }
+    require(bc.seqlens.size() == size_t(bc.batch), "cases file '", path, "': case '", bc.name, "' has batch ",
+            bc.batch, " but ", bc.seqlens.size(), " seqlens");
+    cases.push_back(std::move(bc));
+  }
+  return cases;
+}
+
+const BenchCase& find_case(const std::vector<BenchCase>& cases, const std::string& name) {
+  for (const auto& c : cases) {
+    if (c.name == name) return c;
+  }
+  std::string names;
+  for (const auto& c : cases) names += "\n  " + c.name;
+  throw Error(detail::concat("no case named '", name, "'; known cases:", names));
+}
+
+std::string default_cases_path() {
+  if (const char* env = std::getenv("KBMLA_CASES")) return env;
+  return KBMLA_DEFAULT_CASES;
+}
+
+}  // namespace kbmla::tools

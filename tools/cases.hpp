@@ -1,0 +1,27 @@
+// Benchmark cases file (bench/cases.json): the public cases with the best public
+// kernel's figures, plus the project's own cases.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kbmla::tools {
+
+struct BenchCase {
+  std::string name;
+  int batch = 0;
+  int q_len = 1;
+  int heads = 16;
+  std::vector<int> seqlens;
+  std::optional<double> reference_pct_of_copy;
+  std::optional<double> reference_tflops;
+};
+
+// Throws kbmla::Error naming the file and the problem.
+std::vector<BenchCase> load_cases(const std::string& path);
+const BenchCase& find_case(const std::vector<BenchCase>& cases, const std::string& name);
+// The cases file shipped with the source tree (compile-time path), or $KBMLA_CASES.
+std::string default_cases_path();
+
+}  // namespace kbmla::tools

@@ -1,0 +1,196 @@
+// `kbmla plan`: the work-list plan of one batch (or of every case in the cases file)
+// beside the fairest static split, in the planner's cost model.
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kbmla/error.hpp"
+#include "kbmla/helpers.hpp"
+#include "kbmla/planner.hpp"
+#include "kbmla/static_baseline.hpp"
+#include "tools/cases.hpp"
+#include "tools/commands.hpp"
+
+namespace kbmla::tools {
+
+namespace {
+
+struct PlanOptions {
+  std::string seqlens_csv;
+  std::string case_name;
+  std::string cases_path;
+  int heads = 16;
+  int q_len = 1;
+  int sms = 132;
+  int cluster = 0;  // 0: sm90 rule (2 above 64 rows)
+  bool no_causal = false;
+  bool json = false;
+};
+
+struct PolicyReport {
+  std::string policy;
+  int split_kv = 0;  // static policies: the sweep's best
+  CostStats stats;
+};
+
+struct PlanReport {
+  std::string name;
+  PlanShape shape;
+  HostPlan plan;
+  std::map<int, int> splits_histogram;  // splits -> requests
+  double plan_us = 0;
+  std::vector<PolicyReport> policies;
+};
+
+std::vector<int32_t> parse_seqlens(const std::string& csv) {
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  while (pos <= csv.size()) {
+    size_t comma = csv.find(',', pos);
+    std::string tok = csv.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      long long v = std::stoll(tok, &used);
+      require(used == tok.size() && v >= 0 && v <= INT32_MAX, "bad");
+      out.push_back(static_cast<int32_t>(v));
+    } catch (...) {
+      throw Error(detail::concat("--seqlens: '", tok, "' is not an integer in 0..", INT32_MAX));
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+PlanReport make_report(const std::string& name, const PlanShape& shape, const std::vector<int32_t>& seqlens) {
+  PlanReport r;
+  r.name = name;
+  r.shape = shape;
+  auto t0 = std::chrono::steady_clock::now();
+  r.plan = make_host_plan(shape, seqlens);
+  r.plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  for (int32_t s : r.plan.num_splits) r.splits_histogram[s]++;
+  r.policies.push_back({"worklist", 0, cost_stats(r.plan.cluster_cost)});
+  for (bool persistent : {false, true}) {
+    StaticSweepResult sweep = best_static_split(shape, seqlens, persistent);
+    r.policies.push_back({persistent ? "static_persistent" : "static", sweep.best_split_kv,
+                          cost_stats(sweep.cluster_costs)});
+  }
+  return r;
+}
+
+nlohmann::json to_json(const PlanReport& r) {
+  nlohmann::json j;
+  j["case"] = r.name;
+  j["batch"] = r.shape.batch;
+  j["q_len"] = r.shape.q_len;
+  j["heads"] = r.shape.heads;
+  j["causal"] = r.shape.causal;
+  j["tile_rows"] = r.shape.tile_rows;
+  j["cluster_size"] = r.shape.cluster_size;
+  j["num_ctas"] = r.shape.num_ctas;
+  j["cost_model"] = {{"per_kv_block", r.shape.cost.per_kv_block},
+                     {"per_item", r.shape.cost.per_item},
+                     {"per_split", r.shape.cost.per_split}};
+  j["work_list_len"] = r.plan.counts.work_list_len;
+  j["num_items"] = r.plan.counts.num_items;
+  j["num_partial_slots"] = r.plan.counts.num_slots;
+  j["workspace_bytes"] = r.plan.workspace_bytes(512);
+  j["host_plan_us"] = r.plan_us;
+  nlohmann::json hist = nlohmann::json::object();
+  for (auto [s, n] : r.splits_histogram) hist[std::to_string(s)] = n;
+  j["splits_histogram"] = hist;
+  for (const auto& p : r.policies) {
+    j["policies"].push_back({{"policy", p.policy},
+                             {"split_kv", p.split_kv},
+                             {"cost_min", p.stats.min},
+                             {"cost_mean", p.stats.mean},
+                             {"cost_max", p.stats.max},
+                             {"max_over_mean", p.stats.max_over_mean()}});
+  }
+  return j;
+}
+
+void print_report(const PlanReport& r) {
+  const auto& c = r.plan.counts;
+  fmt::print("{}: batch {}, q_len {}, heads {}, {}; q tile {} rows (cluster {}), {} CTAs = {} cluster slots\n",
+             r.name, r.shape.batch, r.shape.q_len, r.shape.heads, r.shape.causal ? "causal" : "not causal",
+             r.shape.tile_rows, r.shape.cluster_size, r.shape.num_ctas, c.num_clusters);
+  fmt::print("work list: {} entries ({} items, at most {} per slot); {} partial slots; workspace {} bytes; "
+             "host plan {:.1f} us\n",
+             c.work_list_len, c.num_items, c.max_items_per_cluster, c.num_slots, r.plan.workspace_bytes(512),
+             r.plan_us);
+  std::string hist;
+  for (auto [s, n] : r.splits_histogram) hist += fmt::format(" {}x{}", n, s);
+  fmt::print("splits per request (requests x splits):{}\n", hist);
+  fmt::print("per-slot cost (cost model, ns)    split_kv        min       mean        max   max/mean\n");
+  for (const auto& p : r.policies) {
+    fmt::print("  {:<30} {:>8} {:>10} {:>10.0f} {:>10} {:>10.3f}\n", p.policy,
+               p.split_kv ? std::to_string(p.split_kv) : std::string("varied"), p.stats.min, p.stats.mean,
+               p.stats.max, p.stats.max_over_mean());
+  }
+}
+
+PlanShape shape_for(int batch, int q_len, int heads, const PlanOptions& o) {
+  PlanShape s;
+  s.batch = batch;
+  s.q_len = q_len;
+  s.heads = heads;
+  s.causal = !o.no_causal;
+  s.cluster_size = o.cluster > 0 ? o.cluster : sm90_cluster_size(heads, q_len);
+  s.tile_rows = kSm90RowsPerCta * s.cluster_size;
+  s.num_ctas = o.sms;
+  return s;
+}
+
+int run_plan(const PlanOptions& o) {
+  require(o.seqlens_csv.empty() != o.case_name.empty(), "plan: give exactly one of --seqlens or --case");
+  std::vector<PlanReport> reports;
+  if (!o.seqlens_csv.empty()) {
+    std::vector<int32_t> seqlens = parse_seqlens(o.seqlens_csv);
+    reports.push_back(make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o), seqlens));
+  } else {
+    std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
+    for (const auto& c : cases) {
+      if (o.case_name != "all" && c.name != o.case_name) continue;
+      std::vector<int32_t> seqlens(c.seqlens.begin(), c.seqlens.end());
+      reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, o), seqlens));
+    }
+    if (reports.empty()) find_case(cases, o.case_name);  // throws with the list of names
+  }
+  if (o.json) {
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : reports) j.push_back(to_json(r));
+    fmt::print("{}\n", (reports.size() == 1 ? j[0] : j).dump(1));
+    return 0;
+  }
+  for (size_t i = 0; i < reports.size(); ++i) {
+    if (i) fmt::print("\n");
+    print_report(reports[i]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* cmd = app.add_subcommand("plan", "Plan one batch and compare per-CTA cost with static splits");
+  cmd->add_option("--seqlens", o->seqlens_csv, "Comma-separated KV lengths, one per request");
+  cmd->add_option("--case", o->case_name, "A case of the cases file, or 'all'");
+  cmd->add_option("--cases", o->cases_path, "Cases JSON (default: bench/cases.json of the source tree)");
+  cmd->add_option("--heads", o->heads, "Query heads per token (with --seqlens)")->check(CLI::Range(1, 128));
+  cmd->add_option("--q-len", o->q_len, "Query tokens per request (with --seqlens)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--sms", o->sms, "CTA budget (the SMs the decode may use)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--cluster", o->cluster, "CTAs per cluster (default: 2 above 64 rows, else 1)")
+      ->check(CLI::Range(1, 16));
+  cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
+  cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  return [o] { return run_plan(*o); };
+}
+
+}  // namespace kbmla::tools
