@@ -1,1 +1,89 @@
+// Property test: 100,000 random configurations (batch 1..1024, seqlens 0..1,048,576 in
+// uniform, skewed and heavy-tailed mixes, q_len 1..9, heads 1..128, CTA budgets 1..264),
+// each checked for coverage, owners, the scheduler walk, limits and balance. Four shards
+// of 25,000 so ctest can spread them over cores.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kbmla/planner.hpp"
+#include "kbmla/static_baseline.hpp"
+#include "tests/cpu/plan_checks.hpp"
+
+namespace kbmla {
+namespace {
+
+constexpr int kShards = 4;
+constexpr int kConfigsPerShard = 25000;
+
+std::vector<int32_t> random_seqlens(std::mt19937_64& rng, int batch) {
+  constexpr int kMax = 1 << 20;
+  std::uniform_int_distribution<int> mix(0, 4), any(0, kMax), small(0, 2048);
+  std::vector<int32_t> s(batch);
+  switch (mix(rng)) {
+    case 0: {  // uniform batch
+      int L = any(rng) >> std::uniform_int_distribution<int>(0, 12)(rng);
+      std::fill(s.begin(), s.end(), L);
+      break;
+    }
+    case 1: {  // a few long requests among short ones
+      for (auto& x : s) x = small(rng);
+      int longs = std::uniform_int_distribution<int>(1, std::max(1, batch / 16))(rng);
+      for (int i = 0; i < longs; ++i) s[std::uniform_int_distribution<int>(0, batch - 1)(rng)] = any(rng);
+      break;
+    }
+    case 2: {  // heavy tail (log-normal), as serving batches are
+      std::lognormal_distribution<double> ln(7.5, 1.8);
+      for (auto& x : s) x = int32_t(std::min<double>(kMax, ln(rng)));
+      break;
+    }
+    case 3: {  // uniform random over the whole range
+      for (auto& x : s) x = any(rng) >> std::uniform_int_distribution<int>(0, 16)(rng);
+      break;
+    }
+    default: {  // edge lengths around page and block boundaries, zeros included
+      const int edges[] = {0, 1, 2, 8, 9, 63, 64, 65, 127, 128, 129, 4095, 4096, 4097};
+      for (auto& x : s) x = edges[std::uniform_int_distribution<int>(0, 13)(rng)];
+      break;
+    }
+  }
+  return s;
+}
+
+class PlannerProperty : public ::testing::TestWithParam<int> {};
+
+TEST_P(PlannerProperty, RandomConfigurationsHoldEveryInvariant) {
+  std::mt19937_64 rng(0x6b626d6c61ull + GetParam());
+  std::uniform_int_distribution<int> q_len_d(1, 9), heads_d(1, 128), log_batch(0, 10), coin(0, 1);
+  std::uniform_int_distribution<int> ctas_d(1, 264);
+  int failures = 0;
+  for (int i = 0; i < kConfigsPerShard && failures < 5; ++i) {
+    PlanShape s;
+    const int hi = 1 << log_batch(rng);
+    s.batch = std::uniform_int_distribution<int>(std::max(1, hi / 2), hi)(rng);
+    s.q_len = q_len_d(rng);
+    s.heads = heads_d(rng);
+    s.causal = coin(rng) || s.q_len == 1;
+    s.cluster_size = s.heads * s.q_len > 64 ? 2 : 1;
+    s.tile_rows = 64 * s.cluster_size;
+    s.num_ctas = coin(rng) ? 132 : std::max(s.cluster_size, ctas_d(rng));
+    std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
+    HostPlan plan = make_host_plan(s, seqlens);
+    std::string v = test::plan_violation(s, seqlens, plan);
+    CostStats st = cost_stats(plan.cluster_cost);
+    const double bound = std::max(1.05 * st.mean, st.mean + double(test::largest_piece_cost(s, seqlens, plan)));
+    if (!v.empty() || double(st.max) > bound) {
+      ++failures;
+      ADD_FAILURE() << "config " << i << ": batch " << s.batch << " q_len " << s.q_len << " heads " << s.heads
+                    << " ctas " << s.num_ctas << ": " << (v.empty() ? "imbalanced" : v) << " (max " << st.max
+                    << ", mean " << st.mean << ", cap " << plan.counts.cap << ") seqlens "
+                    << ::testing::PrintToString(seqlens);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, PlannerProperty, ::testing::Range(0, kShards));
+
+}  // namespace
+}  // namespace kbmla
