@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <atomic>
 #include <limits>
+#include <thread>
 
 #include "kbmla/error.hpp"
 #include "kbmla/schedulers.hpp"
@@ -110,13 +112,25 @@ Outputs reference_decode(const Problem& p, const Inputs<T>& in) {
   Outputs out;
   out.out.assign(size_t(p.batch) * p.q_len * p.heads * p.d_v, 0.0);
   out.lse.assign(size_t(p.batch) * p.q_len * p.heads, kNegInf);
-  for (int b = 0; b < p.batch; ++b) {
-    for (int i = 0; i < p.q_len; ++i) {
+  // (request, token) pairs are independent: spread them over the cores, longest first.
+  std::vector<int> order(size_t(p.batch) * p.q_len);
+  for (size_t k = 0; k < order.size(); ++k) order[k] = int(k);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int x, int y) { return in.seqlens[x / p.q_len] > in.seqlens[y / p.q_len]; });
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < order.size();) {
+      const int b = order[k] / p.q_len, i = order[k] % p.q_len;
       const size_t row0 = (size_t(b) * p.q_len + i) * p.heads;
       attend(p, in, b, i, 0, p.heads, 0, visible_keys(p, in.seqlens[b], i), &out.out[row0 * p.d_v],
              &out.lse[row0]);
     }
-  }
+  };
+  const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
   return out;
 }
 

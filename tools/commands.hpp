@@ -12,5 +12,6 @@ using Action = std::function<int()>;
 
 Action add_plan_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
+Action add_bench_command(CLI::App& app);
 
 }  // namespace kbmla::tools

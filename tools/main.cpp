@@ -1,4 +1,4 @@
-// kbmla: plan | demo (bench and check come with the GPU kernel).
+// kbmla: plan | demo | bench.
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   std::map<std::string, kbmla::tools::Action> actions;
   actions["plan"] = kbmla::tools::add_plan_command(app);
   actions["demo"] = kbmla::tools::add_demo_command(app);
+  actions["bench"] = kbmla::tools::add_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

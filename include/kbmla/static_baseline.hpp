@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "kbmla/planner_core.hpp"
+#include "kbmla/planner.hpp"
 
 namespace kbmla {
 
@@ -30,6 +30,11 @@ struct StaticSweepResult {
 // splits).
 StaticSweepResult best_static_split(const PlanShape& shape, std::span<const int32_t> seqlens, bool persistent,
                                     int max_split_kv = kMaxSplitsPerRequest);
+
+// The split table of the static policy in the HostPlan format (work_list left empty):
+// every request with work gets `split_kv` splits of ceil(nb / split_kv) blocks (the last
+// ones possibly empty), so the kernel and the combine share one code path.
+HostPlan make_static_plan(const PlanShape& shape, std::span<const int32_t> seqlens, int split_kv);
 
 struct CostStats {
   int64_t min;

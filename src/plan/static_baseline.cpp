@@ -85,6 +85,43 @@ StaticSweepResult best_static_split(const PlanShape& shape, std::span<const int3
   return best;
 }
 
+HostPlan make_static_plan(const PlanShape& shape, std::span<const int32_t> seqlens, int split_kv) {
+  validate_plan_shape(shape);
+  require(split_kv >= 1 && split_kv <= kMaxSplitsPerRequest, "static plan: split_kv (", split_kv, ") must be in 1..",
+          kMaxSplitsPerRequest);
+  require(seqlens.size() == static_cast<size_t>(shape.batch), "static plan: seqlens has ", seqlens.size(),
+          " entries, batch is ", shape.batch);
+  HostPlan plan;
+  plan.shape = shape;
+  PlanCounts& c = plan.counts;
+  c.num_q_tiles = (shape.heads * shape.q_len + shape.tile_rows - 1) / shape.tile_rows;
+  c.num_clusters = shape.num_ctas / shape.cluster_size;
+  plan.num_splits.assign(shape.batch, 0);
+  plan.first_slot.assign(shape.batch, -1);
+  plan.bounds_offset.assign(shape.batch, 0);
+  for (int b = 0; b < shape.batch; ++b) {
+    require(seqlens[b] >= 0, "static plan: seqlens[", b, "] = ", seqlens[b], " must be >= 0");
+    plan_detail::RequestInfo r = plan_detail::request_info(shape, seqlens[b], c.num_q_tiles);
+    plan.bounds_offset[b] = int(plan.bounds.size());
+    const int zero_tiles = r.tiles == 0 ? c.num_q_tiles : r.first_tile;
+    for (int t = 0; t < zero_tiles; ++t) plan.zero_fill.push_back(make_work_entry(t, b, shape.batch, 0));
+    if (r.tiles == 0) continue;
+    plan.num_splits[b] = split_kv;
+    if (split_kv > 1) {
+      plan.first_slot[b] = c.num_slots;
+      c.num_slots += split_kv;
+    }
+    const int chunk = (r.blocks + split_kv - 1) / split_kv;
+    for (int s = 0; s <= split_kv; ++s) plan.bounds.push_back(std::min(r.blocks, s * chunk));
+    c.num_items += r.tiles * split_kv;
+    c.num_pieces += split_kv;
+  }
+  c.num_bounds = int(plan.bounds.size());
+  c.num_zero_fill = int(plan.zero_fill.size());
+  plan.cluster_cost = static_split_cluster_costs(shape, seqlens, split_kv, false);
+  return plan;
+}
+
 CostStats cost_stats(std::span<const int64_t> costs) {
   require(!costs.empty(), "cost_stats: no costs");
   CostStats s{costs[0], costs[0], 0.0};

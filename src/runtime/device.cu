@@ -23,7 +23,34 @@ __global__ void fill_f32_kernel(float* ptr, size_t count, float value) {
   if (blockIdx.x == 0 && threadIdx.x < count % 4) ptr[vec_count * 4 + threadIdx.x] = value;
 }
 
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+__global__ void fill_random_bf16_kernel(uint16_t* ptr, size_t count, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + i);
+    // 8 random mantissa bits, exponent of [1, 2), minus 1.5 then times 2: [-1, 1).
+    const float f = (__uint_as_float(0x3f800000u | (uint32_t(h) & 0x7fffffu)) - 1.5f) * 2.f;
+    ptr[i] = static_cast<uint16_t>(__float_as_uint(f) >> 16);
+  }
+}
+
 }  // namespace
+
+void fill_device_random_bf16(void* ptr, size_t count, uint64_t seed, void* stream) {
+  require(ptr != nullptr || count == 0, "fill_device_random_bf16: null pointer with count ", count);
+  if (count == 0) return;
+  const int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 8192));
+  fill_random_bf16_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<uint16_t*>(ptr), count,
+                                                                                   seed);
+  cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, "fill_device_random_bf16: launch failed: ", cudaGetErrorString(err));
+}
 
 DeviceInfo query_device(int ordinal) {
   DeviceInfo info;

@@ -1,0 +1,115 @@
+// Public decode API (sm_90a, bf16 latent cache, d_qk 576, d_v 512, page size 64).
+//
+//   kbmla::KvCache cache(kv_ptr, num_pages, 64);                 // once per cache / layer
+//   auto plan = kbmla::DevicePlan::create(config, host_seqlens);  // once per decode step
+//   kbmla::init_workspace(ws, plan.workspace_bytes(), stream);    // once per workspace
+//   kbmla::decode(plan, cache, args);                             // every layer
+//
+// decode() allocates nothing and never synchronises (unless args.debug_sync). Every
+// argument is checked on the host before any launch; values that live on the device
+// (seqlens beyond the block table, page indices out of range, seqlens that differ from
+// the plan's) are checked in the kernel, which reads nothing out of bounds and ORs bits
+// into the workspace's error word (read_device_errors).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kbmla/planner.hpp"
+
+namespace kbmla {
+
+enum class Policy {
+  kWorkList,          // KV-balanced work list (default)
+  kStatic,            // seed's static scheduler, one CTA per tile (non-persistent)
+  kStaticPersistent,  // seed's static scheduler, persistent CTAs
+};
+const char* policy_name(Policy p);
+
+struct DecodeConfig {
+  int heads = 16;         // 1..128
+  int q_len = 1;          // 1..16
+  int d_qk = 576;         // supported: 576
+  int d_v = 512;          // supported: 512
+  int page_size = 64;     // supported: 64
+  bool causal = true;     // bottom-right aligned among the q_len new tokens
+  float softmax_scale = 0.f;  // > 0
+};
+
+struct PlanOptions {
+  Policy policy = Policy::kWorkList;
+  int num_ctas = 0;       // CTA budget; 0 = every SM of the current device
+  int static_splits = 0;  // static policies: split count, 0 = best of a cost-model sweep
+};
+
+// Throws kbmla::Error naming the field and its allowed range.
+void validate_config(const DecodeConfig& config);
+
+// A plan in device memory for one decode step (all layers of the step reuse it).
+class DevicePlan {
+ public:
+  // Plans on the host from host seqlens, then copies the plan to the current device
+  // (allocates and synchronises: call once per step, outside the per-layer loop).
+  static DevicePlan create(const DecodeConfig& config, std::span<const int32_t> seqlens,
+                           const PlanOptions& options = {});
+  DevicePlan(DevicePlan&&) noexcept;
+  DevicePlan& operator=(DevicePlan&&) noexcept;
+  ~DevicePlan();
+
+  size_t workspace_bytes() const;
+  const HostPlan& host_plan() const;
+  const DecodeConfig& config() const;
+  const PlanOptions& options() const;  // with num_ctas and static_splits resolved
+  int batch() const;
+
+  struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit DevicePlan(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A bf16 paged latent cache [num_pages, page_size, d_qk]; builds its TMA descriptor once.
+class KvCache {
+ public:
+  KvCache(const void* data, int64_t num_pages, int page_size, int d_qk = 576);
+  const void* data() const { return data_; }
+  int64_t num_pages() const { return num_pages_; }
+  int page_size() const { return page_size_; }
+  int d_qk() const { return d_qk_; }
+  const void* tensor_map() const { return tensor_map_; }
+
+ private:
+  const void* data_;
+  int64_t num_pages_;
+  int page_size_;
+  int d_qk_;
+  alignas(64) unsigned char tensor_map_[128];
+};
+
+struct DecodeArgs {
+  const void* q = nullptr;              // bf16 [batch, q_len, heads, d_qk], dense, 16-byte aligned
+  const int32_t* block_table = nullptr; // int32 [batch, max_pages], device
+  int max_pages = 0;
+  const int32_t* seqlens = nullptr;     // int32 [batch], device; the values the plan was made from
+  void* out = nullptr;                  // bf16 [batch, q_len, heads, d_v], dense
+  float* lse = nullptr;                 // fp32 [batch, q_len, heads], natural log
+  void* workspace = nullptr;            // >= plan.workspace_bytes(), 256-byte aligned
+  size_t workspace_bytes = 0;
+  void* stream = nullptr;               // cudaStream_t
+  bool debug_sync = false;              // synchronise and throw on a device error word
+};
+
+void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args);
+
+// Zeroes the workspace's error word; call once after allocating a workspace.
+void init_workspace(void* workspace, size_t bytes, void* stream);
+// Synchronises the stream and returns the error word (DeviceErrorBits).
+uint32_t read_device_errors(const void* workspace, void* stream);
+std::string describe_device_errors(uint32_t bits);
+
+}  // namespace kbmla

@@ -1,0 +1,32 @@
+// Split-KV combine (arch-neutral CUDA): merges the fp32 partials of split requests into
+// the bf16 output and natural-log LSE, writes O = 0 / LSE = -inf for every row without a
+// visible key, and zero-fills the q tiles the plan lists.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kbmla/work_format.hpp"
+
+namespace kbmla {
+
+struct CombineParams {
+  int batch, q_len, heads, rows, tile_rows;
+  bool causal;
+  const int32_t* seqlens;
+  SplitTableView splits;
+  const int32_t* split_requests;  // requests with num_splits > 1
+  int num_split_requests;
+  const int32_t* zero_fill;       // entries (q tile, batch, 0)
+  int num_zero_fill;
+  const float* partial_o;         // [slots, rows, 512], O / l per split
+  const float* partial_lse;       // [slots, rows], log2
+  void* out;                      // bf16 [batch, rows, 512]
+  float* lse;                     // [batch, rows], natural log
+};
+
+// Launches nothing when there is nothing to merge or fill.
+void launch_combine(const CombineParams& p, cudaStream_t stream);
+
+}  // namespace kbmla

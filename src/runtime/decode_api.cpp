@@ -1,0 +1,308 @@
+// Runtime of the public decode API: argument checks, device plan upload, TMA descriptors,
+// dispatch of the decode and combine launches.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "kbmla/decode.hpp"
+#include "kbmla/device.hpp"
+#include "kbmla/error.hpp"
+#include "kbmla/helpers.hpp"
+#include "kbmla/static_baseline.hpp"
+#include "src/combine/combine.hpp"
+#include "src/sm90/decode/config.hpp"
+#include "src/sm90/decode/kernel.hpp"
+
+namespace kbmla {
+
+namespace {
+
+void check_cuda(cudaError_t err, const char* what) {
+  require(err == cudaSuccess, what, ": ", cudaGetErrorString(err));
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
+    require(err == cudaSuccess && status == cudaDriverEntryPointSuccess && ptr != nullptr,
+            "cannot load cuTensorMapEncodeTiled from the CUDA driver (driver too old for CUDA 12 tensor maps?)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// bf16 tensor map with 128-byte swizzle and 64 x 64 boxes over dims (innermost first).
+void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                     const cuuint32_t* box, const char* what) {
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  CUresult r = tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
+                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ", int(r), ")");
+}
+
+bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+}  // namespace
+
+const char* policy_name(Policy p) {
+  switch (p) {
+    case Policy::kWorkList: return "worklist";
+    case Policy::kStatic: return "static";
+    case Policy::kStaticPersistent: return "static_persistent";
+  }
+  return "unknown";
+}
+
+void validate_config(const DecodeConfig& c) {
+  require(c.heads >= 1 && c.heads <= 128, "decode: heads (", c.heads, ") must be in 1..128");
+  require(c.q_len >= 1 && c.q_len <= 16, "decode: q_len (", c.q_len, ") must be in 1..16");
+  require(c.d_qk == 576, "decode: d_qk (", c.d_qk, ") is not supported; supported: 576");
+  require(c.d_v == 512, "decode: d_v (", c.d_v, ") is not supported; supported: 512");
+  require(c.page_size == 64, "decode: page_size (", c.page_size, ") is not supported; supported: 64");
+  require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
+          ") must be positive and finite");
+}
+
+struct DevicePlan::Impl {
+  DecodeConfig config;
+  PlanOptions options;
+  HostPlan host;
+  std::vector<int32_t> split_requests;
+  int32_t* device = nullptr;  // one allocation holding every array below
+  const int32_t* work_list = nullptr;
+  SplitTableView splits{};
+  const int32_t* zero_fill = nullptr;
+  const int32_t* split_requests_dev = nullptr;
+  ~Impl() {
+    if (device != nullptr) cudaFree(device);
+  }
+};
+
+DevicePlan::DevicePlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DevicePlan::DevicePlan(DevicePlan&&) noexcept = default;
+DevicePlan& DevicePlan::operator=(DevicePlan&&) noexcept = default;
+DevicePlan::~DevicePlan() = default;
+size_t DevicePlan::workspace_bytes() const { return impl_->host.workspace_bytes(impl_->config.d_v); }
+const HostPlan& DevicePlan::host_plan() const { return impl_->host; }
+const DecodeConfig& DevicePlan::config() const { return impl_->config; }
+const PlanOptions& DevicePlan::options() const { return impl_->options; }
+int DevicePlan::batch() const { return impl_->host.shape.batch; }
+
+DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_t> seqlens, const PlanOptions& options) {
+  validate_config(config);
+  require(!seqlens.empty(), "plan: seqlens is empty; batch must be >= 1");
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->options = options;
+  if (impl->options.num_ctas == 0) {
+    DeviceInfo dev = query_device([] { int d = 0; cudaGetDevice(&d); return d; }());
+    require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
+    impl->options.num_ctas = dev.sm_count;
+  }
+  PlanShape shape;
+  shape.batch = int(seqlens.size());
+  shape.q_len = config.q_len;
+  shape.heads = config.heads;
+  shape.causal = config.causal;
+  shape.cluster_size = sm90_cluster_size(config.heads, config.q_len);
+  shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
+  shape.kv_block = sm90::kBlockTokens;
+  shape.num_ctas = impl->options.num_ctas;
+  if (options.policy == Policy::kWorkList) {
+    impl->host = make_host_plan(shape, seqlens);
+  } else {
+    const bool persistent = options.policy == Policy::kStaticPersistent;
+    if (impl->options.static_splits == 0) {
+      impl->options.static_splits = best_static_split(shape, seqlens, persistent).best_split_kv;
+    }
+    impl->host = make_static_plan(shape, seqlens, impl->options.static_splits);
+  }
+  const HostPlan& h = impl->host;
+  for (int b = 0; b < shape.batch; ++b) {
+    if (h.num_splits[b] > 1) impl->split_requests.push_back(b);
+  }
+  // Layout: work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests
+  const size_t n_wl = h.work_list.size(), B = size_t(shape.batch), n_bounds = h.bounds.size(),
+               n_zero = h.zero_fill.size(), n_split = impl->split_requests.size();
+  std::vector<int32_t> blob;
+  blob.reserve(n_wl + 3 * B + n_bounds + n_zero + n_split + 1);
+  auto append = [&](const std::vector<int32_t>& v) { blob.insert(blob.end(), v.begin(), v.end()); };
+  append(h.work_list);
+  append(h.num_splits);
+  append(h.first_slot);
+  append(h.bounds_offset);
+  append(h.bounds);
+  append(h.zero_fill);
+  append(impl->split_requests);
+  blob.push_back(kNoWork);  // never empty
+  check_cuda(cudaMalloc(&impl->device, blob.size() * sizeof(int32_t)), "plan: cudaMalloc");
+  check_cuda(cudaMemcpy(impl->device, blob.data(), blob.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
+             "plan: copy to device");
+  const int32_t* d = impl->device;
+  impl->work_list = d;
+  impl->splits = {d + n_wl, d + n_wl + B, d + n_wl + 2 * B, d + n_wl + 3 * B};
+  impl->zero_fill = d + n_wl + 3 * B + n_bounds;
+  impl->split_requests_dev = impl->zero_fill + n_zero;
+  return DevicePlan(std::move(impl));
+}
+
+KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk)
+    : data_(data), num_pages_(num_pages), page_size_(page_size), d_qk_(d_qk) {
+  require(data != nullptr, "KvCache: data is null");
+  require(aligned(data, 16), "KvCache: data must be 16-byte aligned for TMA");
+  require(num_pages >= 1 && num_pages <= (int64_t{1} << 31) - 1, "KvCache: num_pages (", num_pages,
+          ") must be in 1..2^31-1");
+  require(page_size == 64, "KvCache: page_size (", page_size, ") is not supported; supported: 64");
+  require(d_qk == 576, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576");
+  static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_), "tensor map storage");
+  const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(page_size), cuuint64_t(num_pages)};
+  const cuuint64_t strides[2] = {cuuint64_t(d_qk) * 2, cuuint64_t(d_qk) * 2 * page_size};
+  const cuuint32_t box[3] = {sm90::kBoxCols, sm90::kBlockTokens, 1};
+  encode_bf16_map(reinterpret_cast<CUtensorMap*>(tensor_map_), data, 3, dims, strides, box, "the KV cache");
+}
+
+void init_workspace(void* workspace, size_t bytes, void* stream) {
+  require(workspace != nullptr && bytes >= kWorkspaceAlign, "init_workspace: need a workspace of at least ",
+          kWorkspaceAlign, " bytes, got ", bytes, workspace == nullptr ? " (null)" : "");
+  check_cuda(cudaMemsetAsync(workspace, 0, kWorkspaceAlign, static_cast<cudaStream_t>(stream)),
+             "init_workspace: cudaMemsetAsync");
+}
+
+uint32_t read_device_errors(const void* workspace, void* stream) {
+  require(workspace != nullptr, "read_device_errors: workspace is null");
+  uint32_t bits = 0;
+  check_cuda(cudaMemcpyAsync(&bits, workspace, sizeof bits, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)),
+             "read_device_errors: copy");
+  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "read_device_errors: synchronize");
+  return bits;
+}
+
+std::string describe_device_errors(uint32_t bits) {
+  if (bits == 0) return "no device errors";
+  std::string s;
+  auto add = [&](uint32_t bit, const char* text) {
+    if (bits & bit) s += (s.empty() ? "" : "; ") + std::string(text);
+  };
+  add(kErrSeqlenNegative, "a seqlen is negative");
+  add(kErrSeqlenBeyondBlockTable, "a seqlen exceeds max_pages x page_size of the block table");
+  add(kErrPageIndexOutOfRange, "a block-table entry is outside [0, num_pages)");
+  add(kErrPlanMismatch, "device seqlens differ from the seqlens the plan was made for");
+  return s;
+}
+
+void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
+  const DevicePlan::Impl& P = plan.impl();
+  const DecodeConfig& c = P.config;
+  const HostPlan& h = P.host;
+  const int B = h.shape.batch;
+  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
+  require(a.block_table != nullptr, "decode: block_table is null");
+  require(a.seqlens != nullptr, "decode: seqlens is null");
+  require(a.out != nullptr && aligned(a.out, 16), "decode: out must be a non-null, 16-byte aligned device pointer");
+  require(a.lse != nullptr && aligned(a.lse, 4), "decode: lse must be a non-null, 4-byte aligned device pointer");
+  require(a.max_pages >= 1, "decode: max_pages (", a.max_pages, ") must be >= 1");
+  require(a.workspace != nullptr && aligned(a.workspace, kWorkspaceAlign), "decode: workspace must be non-null and ",
+          kWorkspaceAlign, "-byte aligned");
+  require(a.workspace_bytes >= plan.workspace_bytes(), "decode: workspace has ", a.workspace_bytes,
+          " bytes, the plan needs ", plan.workspace_bytes());
+  require(cache.page_size() == c.page_size && cache.d_qk() == c.d_qk, "decode: cache (page_size ", cache.page_size(),
+          ", d_qk ", cache.d_qk(), ") does not match the plan's config (page_size ", c.page_size, ", d_qk ", c.d_qk,
+          ")");
+  const int64_t q_rows = int64_t{B} * c.q_len * c.heads;
+  require(q_rows < (int64_t{1} << 31), "decode: batch x q_len x heads (", q_rows, ") must be < 2^31");
+  require(int64_t{B} * a.max_pages < (int64_t{1} << 40), "decode: block table too large");
+
+  alignas(64) CUtensorMap q_map;
+  const cuuint64_t q_dims[2] = {cuuint64_t(c.d_qk), cuuint64_t(q_rows)};
+  const cuuint64_t q_strides[1] = {cuuint64_t(c.d_qk) * 2};
+  const cuuint32_t q_box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
+  encode_bf16_map(&q_map, a.q, 2, q_dims, q_strides, q_box, "q");
+
+  const WorkspaceLayout ws = workspace_layout(h.counts.num_slots, c.heads * c.q_len, c.d_v);
+  uint8_t* ws_base = static_cast<uint8_t*>(a.workspace);
+  sm90::DecodeParams p{};
+  p.batch = B;
+  p.q_len = c.q_len;
+  p.heads = c.heads;
+  p.rows = c.heads * c.q_len;
+  p.num_q_tiles = h.counts.num_q_tiles;
+  p.tile_rows = h.shape.tile_rows;
+  p.cluster_size = h.shape.cluster_size;
+  p.page_size = c.page_size;
+  p.max_pages = a.max_pages;
+  p.num_pages = cache.num_pages();
+  p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
+  p.causal = c.causal;
+  p.block_table = a.block_table;
+  p.seqlens = a.seqlens;
+  p.out = a.out;
+  p.lse = a.lse;
+  p.partial_o = reinterpret_cast<float*>(ws_base + ws.partial_o_offset);
+  p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
+  p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
+  p.work_list = P.work_list;
+  p.splits = P.splits;
+  dim3 grid;
+  const int clusters = h.shape.num_ctas / h.shape.cluster_size;
+  switch (P.options.policy) {
+    case Policy::kWorkList:
+      p.policy = sm90::KernelPolicy::kWorkList;
+      p.sched = StaticTileSchedulerParams(true, B, p.num_q_tiles, p.cluster_size, 1);
+      grid = dim3(clusters * p.cluster_size);
+      break;
+    case Policy::kStatic:
+      p.policy = sm90::KernelPolicy::kStatic;
+      p.sched = StaticTileSchedulerParams(false, B, p.num_q_tiles, p.cluster_size, P.options.static_splits);
+      {
+        GridShape g = StaticTileScheduler::grid_shape(p.sched, clusters);
+        require(g.y <= 65535 && g.z <= 65535, "decode: static grid (", g.x, ", ", g.y, ", ", g.z,
+                ") exceeds the launch limits");
+        grid = dim3(g.x, g.y, g.z);
+      }
+      break;
+    case Policy::kStaticPersistent:
+      p.policy = sm90::KernelPolicy::kStaticPersistent;
+      p.sched = StaticTileSchedulerParams(true, B, p.num_q_tiles, p.cluster_size, P.options.static_splits);
+      grid = dim3(StaticTileScheduler::grid_shape(p.sched, clusters).x);
+      break;
+  }
+  p.grid_ctas = int(grid.x);
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
+  if (grid.x > 0) {
+    sm90::launch_decode_bf16(q_map, *reinterpret_cast<const CUtensorMap*>(cache.tensor_map()), p, grid, stream);
+  }
+
+  CombineParams cp{};
+  cp.batch = B;
+  cp.q_len = c.q_len;
+  cp.heads = c.heads;
+  cp.rows = p.rows;
+  cp.tile_rows = p.tile_rows;
+  cp.causal = c.causal;
+  cp.seqlens = a.seqlens;
+  cp.splits = P.splits;
+  cp.split_requests = P.split_requests_dev;
+  cp.num_split_requests = int(P.split_requests.size());
+  cp.zero_fill = P.zero_fill;
+  cp.num_zero_fill = int(h.zero_fill.size());
+  cp.partial_o = p.partial_o;
+  cp.partial_lse = p.partial_lse;
+  cp.out = a.out;
+  cp.lse = a.lse;
+  launch_combine(cp, stream);
+
+  if (a.debug_sync) {
+    const uint32_t bits = read_device_errors(a.workspace, a.stream);
+    require(bits == 0, "decode: device reported: ", describe_device_errors(bits));
+  }
+}
+
+}  // namespace kbmla

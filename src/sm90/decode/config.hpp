@@ -1,0 +1,68 @@
+// Compile-time configuration of the sm_90a bf16 MLA decode kernel (d_qk 576, d_v 512).
+//
+// Roles (384 threads, one CTA per SM):
+//   warpgroup 0  producer: one thread issues every TMA load (Q tile, KV stages)
+//   warpgroup 1  consumer 0: S for KV tokens  0..31, O columns   0..255
+//   warpgroup 2  consumer 1: S for KV tokens 32..63, O columns 256..511
+// Each S = Q K^T of a 64-token block is computed once, half by each consumer; the
+// consumers exchange row maxima and write their halves of P to shared memory, and each
+// then multiplies the whole P (64 x 64) by its 256 columns of V.
+//
+// Shared memory (bytes; every tile 1024-aligned for the 128-byte swizzle):
+//   Q        9 x [64 rows][64 cols] bf16 = 73,728   (one 8 KiB box per 64 of d_qk)
+//   KV[2]    9 x [64 tokens][64 cols]    = 73,728 each
+//   P        [64 rows][64 tokens] bf16   =  8,192
+//   barriers, stage flags, row statistics  ~1.1 KiB
+// = 230,5xx bytes of the 232,448 an sm_90 CTA may have. Two stages is all that fits with
+// a resident Q; deeper pipelines need smaller stages (issue 4 notes).
+//
+// Registers: a consumer thread holds O 64 x 256 fp32 over 128 threads = 128 registers,
+// S 64 x 32 fp32 = 16, row statistics 4. setmaxnreg gives consumers 232 and the producer
+// 40: 128 x 40 + 256 x 232 = 64,512 <= 65,536.
+#pragma once
+
+#include <cstdint>
+
+namespace kbmla::sm90 {
+
+constexpr int kRowsPerCta = 64;      // wgmma M
+constexpr int kBlockTokens = 64;     // KV tokens per stage (= page size supported here)
+constexpr int kDqk = 576;
+constexpr int kDv = 512;
+constexpr int kBoxCols = 64;         // bf16 columns per 128-byte swizzle atom / TMA box
+constexpr int kQkBoxes = kDqk / kBoxCols;  // 9
+constexpr int kStages = 2;
+constexpr int kThreads = 384;
+constexpr int kConsumerThreads = 256;
+constexpr int kTokensPerConsumer = kBlockTokens / 2;  // 32: the N of each consumer's S wgmma
+constexpr int kColsPerConsumer = kDv / 2;             // 256: the N of each consumer's PV wgmma
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+
+constexpr uint32_t kBoxBytes = kRowsPerCta * kBoxCols * 2;   // 8192
+constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;        // 73,728 (Q tile or KV stage)
+constexpr uint32_t kPBytes = kRowsPerCta * kBlockTokens * 2; // 8192
+
+struct SmemLayout {
+  static constexpr uint32_t q = 0;
+  static constexpr uint32_t kv = q + kTileBytes;
+  static constexpr uint32_t p = kv + kStages * kTileBytes;
+  static constexpr uint32_t barriers = p + kPBytes;  // 8-byte mbarriers
+  // q_full, q_empty, full[kStages], empty[kStages]
+  static constexpr uint32_t num_barriers = 2 + 2 * kStages;
+  static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;   // int32[kStages]
+  static constexpr uint32_t row_max = stage_flags + 4 * kStages;         // float[2][64]
+  static constexpr uint32_t row_sum = row_max + 4 * 2 * kRowsPerCta;     // float[2 parity][2][64]
+  static constexpr uint32_t end = row_sum + 4 * 2 * 2 * kRowsPerCta;
+  static constexpr uint32_t alloc = end + 1024;  // slack to align the base to 1024
+};
+static_assert(SmemLayout::kv % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536, "register budget");
+
+// Named barriers (0 is __syncthreads): consumers only, 256 threads.
+constexpr uint32_t kBarRowMax = 1;
+constexpr uint32_t kBarP = 2;
+constexpr uint32_t kBarRowSum = 3;
+
+}  // namespace kbmla::sm90

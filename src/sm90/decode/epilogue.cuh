@@ -1,0 +1,42 @@
+// Epilogue of one work item: the final output (bf16 O / l and natural-log LSE) when the
+// request has one split, else fp32 partials (O / l and log2 LSE) in its workspace slot.
+// A row with no visible key (sum 0) gets O = 0 and LSE = -inf; an item that met an invalid
+// page writes the same (the error word says why).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "src/sm90/decode/params.hpp"
+#include "src/sm90/decode/work.cuh"
+
+namespace kbmla::sm90 {
+
+// `half` selects the fragment's row: 0 for r0 (d[4i+0..1]), 2 for r1 (d[4i+2..3]).
+__device__ __forceinline__ void write_item_output(const DecodeParams& p, const Item& it, int wg, int lane,
+                                                  int local_row, float row_max_log2, float row_sum, bool bad,
+                                                  const float (&o)[128], int half) {
+  const int row = it.row_begin + local_row;
+  if (row >= p.rows) return;
+  const bool empty = bad || !(row_sum > 0.f);
+  const float inv = empty ? 0.f : 1.f / row_sum;
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const float lse_log2 = empty ? neg_inf : row_max_log2 + __log2f(row_sum);
+  const int col0 = wg * 256 + 2 * (lane % 4);
+  if (it.slot < 0) {
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{it.batch} * p.rows + row) * 512 + col0;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 8 * i) = __floats2bfloat162_rn(o[4 * i + half] * inv, o[4 * i + half + 1] * inv);
+    }
+    if (wg == 0 && lane % 4 == 0) p.lse[int64_t{it.batch} * p.rows + row] = lse_log2 * 0.69314718055994531f;
+  } else {
+    float* out = p.partial_o + (int64_t{it.slot} * p.rows + row) * 512 + col0;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      *reinterpret_cast<float2*>(out + 8 * i) = make_float2(o[4 * i + half] * inv, o[4 * i + half + 1] * inv);
+    }
+    if (wg == 0 && lane % 4 == 0) p.partial_lse[int64_t{it.slot} * p.rows + row] = lse_log2;
+  }
+}
+
+}  // namespace kbmla::sm90

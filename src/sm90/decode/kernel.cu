@@ -1,0 +1,53 @@
+// The sm_90a bf16 MLA decode kernel (d_qk 576, d_v 512, page 64): entry point and launch.
+// Roles live in producer.cuh and consumer.cuh; see config.hpp for the budgets.
+#include "src/sm90/decode/kernel.hpp"
+
+#include "kbmla/error.hpp"
+#include "src/sm90/decode/consumer.cuh"
+#include "src/sm90/decode/producer.cuh"
+
+namespace kbmla::sm90 {
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_bf16_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
+                           const __grid_constant__ DecodeParams p) {
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(&q_map);
+    cute::prefetch_tma_descriptor(&kv_map);
+    Mbarrier::init(bars + 0, 1);                  // q_full: the producer's expect_tx
+    Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
+    for (int s = 0; s < kStages; ++s) {
+      Mbarrier::init(bars + 2 + s, 1);                         // full
+      Mbarrier::init(bars + 2 + kStages + s, kConsumerThreads); // empty
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    set_max_registers_dec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      PagedKvLoader64 kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
+      run_producer(p, &q_map, kv, smem);
+    }
+  } else {
+    set_max_registers_inc<kConsumerRegs>();
+    run_consumer(p, smem, wg - 1);
+  }
+}
+
+void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+                        cudaStream_t stream) {
+  static const cudaError_t attr_err = cudaFuncSetAttribute(
+      mla_decode_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  mla_decode_bf16_kernel<<<grid, kThreads, SmemLayout::alloc, stream>>>(q_map, kv_map, p);
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace kbmla::sm90

@@ -1,0 +1,45 @@
+// Kernel parameters of the sm_90a decode (host and device). Built by the runtime from a
+// validated DevicePlan and DecodeArgs.
+#pragma once
+
+#include <cstdint>
+
+#include "kbmla/schedulers.hpp"
+#include "kbmla/work_format.hpp"
+
+namespace kbmla::sm90 {
+
+enum class KernelPolicy : int { kWorkList = 0, kStatic = 1, kStaticPersistent = 2 };
+
+struct DecodeParams {
+  // Problem.
+  int batch;
+  int q_len;
+  int heads;
+  int rows;            // heads * q_len
+  int num_q_tiles;
+  int tile_rows;       // 64 * cluster_size
+  int cluster_size;
+  int page_size;
+  int max_pages;
+  int64_t num_pages;
+  float scale_log2;    // softmax scale * log2(e)
+  bool causal;
+  const int32_t* block_table;  // [batch, max_pages]
+  const int32_t* seqlens;      // [batch]
+  // Outputs: out [batch, rows, 512] bf16, lse [batch, rows] fp32 (natural log).
+  void* out;
+  float* lse;
+  // Workspace: partial O [slots, rows, 512] fp32, partial LSE [slots, rows] fp32 (log2).
+  float* partial_o;
+  float* partial_lse;
+  uint32_t* error_word;
+  // Plan.
+  KernelPolicy policy;
+  const int32_t* work_list;
+  SplitTableView splits;
+  StaticTileSchedulerParams sched;  // B, q tiles, cluster, split_kv (static) / B for decode
+  int grid_ctas;                    // CTAs in the (flattened) grid
+};
+
+}  // namespace kbmla::sm90

@@ -1,0 +1,111 @@
+// Thin sm_90a primitives over CuTe / CUTLASS: mbarriers, named barriers, TMA loads,
+// wgmma descriptors and calls, fences. Everything a role file needs, nothing more.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <utility>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90_desc.hpp>
+#include <cute/arch/mma_sm90_gmma.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "src/sm90/decode/config.hpp"
+
+namespace kbmla::sm90 {
+
+using Mbarrier = cutlass::arch::ClusterTransactionBarrier;
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Generic-proxy shared-memory writes (P, zeroed V rows) before wgmma reads them.
+__device__ __forceinline__ void fence_view_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// One 64 x 64 bf16 box of Q (2D map: [rows][576]) into a 128B-swizzled 8 KiB tile.
+__device__ __forceinline__ void tma_load_q_box(const CUtensorMap* map, uint64_t* bar, void* dst, int col, int row) {
+  cute::SM90_TMA_LOAD_2D::copy(map, bar, 0, dst, col, row);
+}
+
+// One 64-token x 64-column box of a page (3D map: [pages][page_size][576]).
+__device__ __forceinline__ void tma_load_kv_box(const CUtensorMap* map, uint64_t* bar, void* dst, int col, int token,
+                                                int page) {
+  cute::SM90_TMA_LOAD_3D::copy(map, bar, 0, dst, col, token, page);
+}
+
+// wgmma shared-memory descriptors for the 128-byte swizzle (start address 1024-aligned
+// atoms; offsets inside an atom's 128-byte row are plain additions, as the hardware
+// swizzles on address bits).
+//  K-major (Q, K, P): rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); LBO unused.
+//  MN-major (V as B of PV): 64 contiguous columns per 128-byte row, the next 64 columns
+//  one 8 KiB box further (LBO = 8192), 8-token groups 1024 bytes apart (SBO).
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  cute::GmmaDescriptor d;
+  d.desc_ = 0;
+  d.bitfield.start_address_ = static_cast<uint16_t>(smem_byte_addr >> 4);
+  d.bitfield.leading_byte_offset_ = static_cast<uint16_t>(lbo_bytes >> 4);
+  d.bitfield.stride_byte_offset_ = static_cast<uint16_t>(sbo_bytes >> 4);
+  d.bitfield.base_offset_ = 0;
+  d.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
+  return d.desc_;
+}
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) { return gmma_desc(addr, 16, 1024); }
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) { return gmma_desc(addr, kBoxBytes, 1024); }
+
+template <class Atom, int N, size_t... I>
+__device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], bool accumulate,
+                                           std::index_sequence<I...>) {
+  Atom::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+
+// S (64 x 32) += Q (K-major) x K^T (K-major): 16 fp32 per thread.
+__device__ __forceinline__ void wgmma_qk(uint64_t da, uint64_t db, float (&d)[16], bool accumulate) {
+  using Atom = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<16>{});
+}
+
+// O (64 x 256) += P (K-major) x V (MN-major): 128 fp32 per thread.
+__device__ __forceinline__ void wgmma_pv(uint64_t da, uint64_t db, float (&d)[128]) {
+  using Atom = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
+  wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<128>{});
+}
+
+// Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait.
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
+}
+
+template <uint32_t Regs>
+__device__ __forceinline__ void set_max_registers_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+template <uint32_t Regs>
+__device__ __forceinline__ void set_max_registers_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
+}
+
+}  // namespace kbmla::sm90

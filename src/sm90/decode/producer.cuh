@@ -1,0 +1,72 @@
+// Producer role: one thread walks the items and keeps the Q tile and the KV stage ring
+// fed by TMA. The KV loader is the extension point for other page sizes and dtypes
+// (issue 5): it maps (request, KV block) to TMA boxes and flags blocks it cannot load.
+#pragma once
+
+#include "src/sm90/decode/primitives.cuh"
+#include "src/sm90/decode/work.cuh"
+
+namespace kbmla::sm90 {
+
+// Page-size-64 bf16 loader: one KV block is one page, nine 64 x 64 boxes.
+struct PagedKvLoader64 {
+  const CUtensorMap* map;
+  const int32_t* block_table;
+  int max_pages;
+  int64_t num_pages;
+
+  // The page of a block, with its error bits (0 when the index is valid). An invalid page
+  // is replaced by page 0 so the TMA stays in bounds; the consumers see the stage flag
+  // and write zeros for the item.
+  __device__ __forceinline__ uint32_t page_of(int batch, int block, int32_t& page) const {
+    page = block_table[int64_t{batch} * max_pages + block];
+    if (page >= 0 && page < num_pages) return 0;
+    page = 0;
+    return kErrPageIndexOutOfRange;
+  }
+
+  __device__ __forceinline__ void issue(int32_t page, uint64_t* bar, uint8_t* stage) const {
+    Mbarrier::arrive_and_expect_tx(bar, kTileBytes);
+#pragma unroll
+    for (int j = 0; j < kQkBoxes; ++j) tma_load_kv_box(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page);
+  }
+};
+
+__device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* q_map,
+                                             const PagedKvLoader64& kv, uint8_t* smem) {
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  uint64_t* q_full = bars + 0;
+  uint64_t* q_empty = bars + 1;
+  uint64_t* full = bars + 2;
+  uint64_t* empty = bars + 2 + kStages;
+  volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
+  uint32_t errors = 0;
+  int item_count = 0;
+  int block_count = 0;
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    errors |= it.errors;
+    if (!it.run) continue;
+    Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
+    Mbarrier::arrive_and_expect_tx(q_full, kTileBytes);
+    const int q_row = it.batch * p.rows + it.row_begin;
+#pragma unroll
+    for (int j = 0; j < kQkBoxes; ++j) tma_load_q_box(q_map, q_full, smem + SmemLayout::q + j * kBoxBytes, j * kBoxCols, q_row);
+    ++item_count;
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
+      int32_t page;
+      const uint32_t err = kv.page_of(it.batch, blk, page);
+      errors |= err;
+      // The flag is stored before the arrive that completes with the TMA bytes (release),
+      // so a consumer that passed the full barrier (acquire) sees it.
+      stage_flags[stage] = err != 0;
+      kv.issue(page, full + stage, smem + SmemLayout::kv + stage * kTileBytes);
+    }
+  }
+  if (errors) atomicOr(p.error_word, errors);
+}
+
+}  // namespace kbmla::sm90

@@ -1,0 +1,146 @@
+// GPU test harness: builds a random poisoned problem (NaN pages and cache tails, huge
+// block-table indices), runs kbmla::decode on it with NaN-poisoned outputs and workspace,
+// and compares with the float64 reference.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kbmla/decode.hpp"
+#include "kbmla/device.hpp"
+#include "kbmla/error.hpp"
+#include "reference/random_problem.hpp"
+#include "reference/reference.hpp"
+
+namespace kbmla::test {
+
+// Skips the calling test (with the reason) unless an sm_90 GPU is present.
+#define KBMLA_REQUIRE_SM90()                                                        \
+  do {                                                                              \
+    static const ::kbmla::DeviceInfo info_ = ::kbmla::query_device();               \
+    if (!info_.supported) GTEST_SKIP() << "no sm_90 GPU: " << info_.reason;         \
+  } while (0)
+
+inline void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <class T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t count = 0;
+  DeviceArray() = default;
+  explicit DeviceArray(size_t n) : count(n) { cuda_ok(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
+  DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
+    cuda_ok(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr), count(o.count) { o.ptr = nullptr; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); std::swap(count, o.count); return *this; }
+  ~DeviceArray() { if (ptr) cudaFree(ptr); }
+  std::vector<T> download() const {
+    std::vector<T> h(count);
+    cuda_ok(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+  void poison() { cuda_ok(cudaMemset(ptr, 0xff, std::max<size_t>(count, 1) * sizeof(T)), "poison"); }  // NaN for bf16/fp32
+};
+
+struct GpuCase {
+  int heads = 16;
+  int q_len = 1;
+  std::vector<int32_t> seqlens;
+  Policy policy = Policy::kWorkList;
+  int num_ctas = 0;
+  int static_splits = 0;
+  bool causal = true;
+  uint64_t seed = 1;
+};
+
+struct GpuResult {
+  ref::Comparison cmp;
+  uint32_t device_errors = 0;
+};
+
+inline std::string describe(const GpuCase& c) {
+  std::ostringstream os;
+  os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
+     << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << " seqlens";
+  for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
+  if (c.seqlens.size() > 8) os << " ...";
+  return os.str();
+}
+inline void PrintTo(const GpuCase& c, std::ostream* os) { *os << describe(c); }
+
+inline GpuResult run_gpu_case(const GpuCase& c) {
+  ref::Problem shape;
+  shape.batch = int(c.seqlens.size());
+  shape.q_len = c.q_len;
+  shape.heads = c.heads;
+  shape.causal = c.causal;
+  shape.scale = 1.0 / std::sqrt(192.0);
+  shape.page_size = 64;
+  auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed);
+  const ref::Problem& p = data.problem;
+
+  DecodeConfig config;
+  config.heads = c.heads;
+  config.q_len = c.q_len;
+  config.causal = c.causal;
+  config.softmax_scale = float(p.scale);
+  PlanOptions options;
+  options.policy = c.policy;
+  options.num_ctas = c.num_ctas;
+  options.static_splits = c.static_splits;
+  DevicePlan plan = DevicePlan::create(config, c.seqlens, options);
+
+  DeviceArray<ref::Bf16> q(data.q), cache(data.cache);
+  DeviceArray<int32_t> block_table(data.block_table), seqlens(data.seqlens);
+  const size_t rows = size_t(p.batch) * p.q_len * p.heads;
+  DeviceArray<ref::Bf16> out(rows * 512);
+  DeviceArray<float> lse(rows);
+  DeviceArray<uint8_t> ws(plan.workspace_bytes());
+  out.poison();
+  lse.poison();
+  ws.poison();
+  init_workspace(ws.ptr, ws.count, nullptr);
+  KvCache kv(cache.ptr, p.num_pages, 64);
+  DecodeArgs args;
+  args.q = q.ptr;
+  args.block_table = block_table.ptr;
+  args.max_pages = p.max_pages;
+  args.seqlens = seqlens.ptr;
+  args.out = out.ptr;
+  args.lse = lse.ptr;
+  args.workspace = ws.ptr;
+  args.workspace_bytes = ws.count;
+  decode(plan, kv, args);
+  GpuResult r;
+  r.device_errors = read_device_errors(ws.ptr, nullptr);
+  cuda_ok(cudaDeviceSynchronize(), "decode");
+
+  ref::Outputs expect = ref::reference_decode(p, data.inputs());
+  std::vector<ref::Bf16> got_out = out.download();
+  std::vector<float> got_lse = lse.download();
+  std::vector<double> o(got_out.size()), l(got_lse.size());
+  for (size_t i = 0; i < o.size(); ++i) o[i] = ref::bf16_to_float(got_out[i]);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = got_lse[i];
+  r.cmp = ref::compare(p, expect, o, l);
+  return r;
+}
+
+// The bar for bf16 output.
+inline void expect_accurate(const GpuCase& c, const GpuResult& r) {
+  SCOPED_TRACE(describe(c));
+  EXPECT_EQ(r.device_errors, 0u) << describe_device_errors(r.device_errors);
+  EXPECT_FALSE(r.cmp.any_nan);
+  EXPECT_FALSE(r.cmp.infinite_lse_mismatch);
+  EXPECT_LT(r.cmp.rel_frobenius, 1e-2);
+  EXPECT_LT(r.cmp.worst_row_rel, 3e-2);
+  EXPECT_LT(r.cmp.lse_max_abs, 1e-3);
+}
+
+}  // namespace kbmla::test

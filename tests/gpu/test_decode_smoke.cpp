@@ -1,0 +1,88 @@
+// GPU smoke tier (seconds): one case per policy and the error paths.
+#include "tests/gpu/gpu_harness.hpp"
+
+namespace kbmla::test {
+namespace {
+
+TEST(GpuSmoke, Kimi16HeadsQLen4EveryPolicy) {
+  KBMLA_REQUIRE_SM90();
+  for (Policy policy : {Policy::kWorkList, Policy::kStatic, Policy::kStaticPersistent}) {
+    GpuCase c{16, 4, {0, 1, 63, 64, 65, 700, 3000}, policy};
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
+TEST(GpuSmoke, OneHeadOneTokenSingleBlock) {
+  KBMLA_REQUIRE_SM90();
+  GpuCase c{1, 1, {5}};
+  expect_accurate(c, run_gpu_case(c));
+}
+
+TEST(GpuSmoke, ManyHeadsUseTwoCtaTiles) {
+  KBMLA_REQUIRE_SM90();
+  GpuCase c{128, 2, {100, 2000}};
+  expect_accurate(c, run_gpu_case(c));
+}
+
+TEST(GpuSmoke, LongRequestIsSplitAndCombined) {
+  KBMLA_REQUIRE_SM90();
+  GpuCase c{16, 1, {32768, 10}};
+  expect_accurate(c, run_gpu_case(c));
+}
+
+TEST(GpuSmoke, HostRejectsBadArgumentsBeforeLaunch) {
+  KBMLA_REQUIRE_SM90();
+  DecodeConfig config;
+  config.softmax_scale = 0.1f;
+  std::vector<int32_t> seqlens = {10};
+  DevicePlan plan = DevicePlan::create(config, seqlens);
+  DeviceArray<ref::Bf16> cache(64 * 576);
+  KvCache kv(cache.ptr, 1, 64);
+  DecodeArgs args;
+  EXPECT_THROW(decode(plan, kv, args), Error);  // null q
+  config.page_size = 32;
+  EXPECT_THROW(DevicePlan::create(config, seqlens), Error);
+  config.page_size = 64;
+  config.heads = 129;
+  EXPECT_THROW(DevicePlan::create(config, seqlens), Error);
+  EXPECT_THROW(KvCache(cache.ptr, 0, 64), Error);
+}
+
+TEST(GpuSmoke, DeviceSideErrorsAreReportedNotFaulted) {
+  KBMLA_REQUIRE_SM90();
+  // A block-table entry out of range and a seqlen beyond the block table: the kernel
+  // must not fault, and the error word must name both.
+  DecodeConfig config;
+  config.softmax_scale = 0.1f;
+  std::vector<int32_t> plan_seqlens = {100, 64};
+  DevicePlan plan = DevicePlan::create(config, plan_seqlens);
+  DeviceArray<ref::Bf16> q(2 * 16 * 576), cache(4 * 64 * 576), out(2 * 16 * 512);
+  q.poison();
+  cache.poison();
+  std::vector<int32_t> bt = {0, 1 << 30, 2, 3};  // request 0's second page is out of range
+  std::vector<int32_t> device_seqlens = {100, 1000};  // request 1 beyond its 2 pages
+  DeviceArray<int32_t> block_table(bt), seqlens(device_seqlens);
+  DeviceArray<float> lse(2 * 16);
+  DeviceArray<uint8_t> ws(plan.workspace_bytes());
+  init_workspace(ws.ptr, ws.count, nullptr);
+  KvCache kv(cache.ptr, 4, 64);
+  DecodeArgs args;
+  args.q = q.ptr;
+  args.block_table = block_table.ptr;
+  args.max_pages = 2;
+  args.seqlens = seqlens.ptr;
+  args.out = out.ptr;
+  args.lse = lse.ptr;
+  args.workspace = ws.ptr;
+  args.workspace_bytes = ws.count;
+  decode(plan, kv, args);
+  const uint32_t bits = read_device_errors(ws.ptr, nullptr);
+  EXPECT_TRUE(bits & kErrPageIndexOutOfRange) << describe_device_errors(bits);
+  EXPECT_TRUE(bits & kErrSeqlenBeyondBlockTable) << describe_device_errors(bits);
+  args.debug_sync = true;
+  EXPECT_THROW(decode(plan, kv, args), Error);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+}  // namespace
+}  // namespace kbmla::test

@@ -1,0 +1,68 @@
+// GPU full sweep: every policy x heads {1, 8, 12, 16, 24, 64, 96, 128} x q_len {1, 2, 4, 9}
+// on ragged batches with seqlens 0, 1, 63, 64, 65, 4096 (shorter where heads x q_len is
+// large, to keep the float64 oracle fast), plus batch 1 at 131,072, batch 64 ragged mixes,
+// split boundaries inside the last q_len keys, and a non-causal case.
+#include "tests/gpu/gpu_harness.hpp"
+
+namespace kbmla::test {
+namespace {
+
+std::vector<GpuCase> sweep_cases() {
+  std::vector<GpuCase> cases;
+  const int heads_list[] = {1, 8, 12, 16, 24, 64, 96, 128};
+  const int q_lens[] = {1, 2, 4, 9};
+  const std::vector<std::vector<int32_t>> patterns = {
+      {0, 1, 4096}, {63, 64, 65}, {65, 0, 1000}, {1, 4096, 64}, {64, 2049, 0}, {4096, 63, 1}};
+  uint64_t seed = 100;
+  int k = 0;
+  for (Policy policy : {Policy::kWorkList, Policy::kStatic, Policy::kStaticPersistent}) {
+    for (int heads : heads_list) {
+      for (int q_len : q_lens) {
+        std::vector<int32_t> s = patterns[k++ % patterns.size()];
+        if (heads * q_len > 256) {
+          for (auto& x : s) x = std::min(x, 1100);
+        }
+        cases.push_back({heads, q_len, s, policy, 0, 0, true, seed++});
+      }
+    }
+    cases.push_back({16, 1, {131072}, policy, 0, 0, true, seed++});
+    cases.push_back({8, 4, {131072, 7}, policy, 0, 0, true, seed++});
+    std::vector<int32_t> ragged(64);
+    for (int b = 0; b < 64; ++b) ragged[b] = (b * 7919) % 6000 + (b % 9 == 0 ? 0 : 1) * 0;
+    ragged[5] = 0;
+    ragged[17] = 1;
+    cases.push_back({16, 1, ragged, policy, 0, 0, true, seed++});
+    std::vector<int32_t> short_ragged = ragged;
+    for (auto& x : short_ragged) x = x % 700;
+    cases.push_back({24, 4, short_ragged, policy, 0, 0, true, seed++});
+    cases.push_back({128, 1, short_ragged, policy, 0, 0, true, seed++});
+  }
+  // Split boundaries inside the last q_len keys: static S = 3 over 133 tokens (boundary at
+  // 128 of keys 124..132), and the work list on 40 CTAs over 64 x 40 + 3 tokens.
+  cases.push_back({16, 9, {133}, Policy::kStatic, 0, 3, true, seed++});
+  cases.push_back({16, 9, {64 * 40 + 3}, Policy::kWorkList, 40, 0, true, seed++});
+  cases.push_back({96, 9, {64 * 20 + 2, 5}, Policy::kWorkList, 24, 0, true, seed++});
+  // Small CTA budgets and a non-causal multi-token case.
+  cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
+  cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});
+  cases.push_back({12, 4, {2, 300, 77}, Policy::kWorkList, 0, 0, false, seed++});
+  return cases;
+}
+
+class GpuSweep : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(GpuSweep, MatchesFloat64Reference) {
+  KBMLA_REQUIRE_SM90();
+  expect_accurate(GetParam(), run_gpu_case(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, GpuSweep, ::testing::ValuesIn(sweep_cases()),
+                         [](const ::testing::TestParamInfo<GpuCase>& info) {
+                           const GpuCase& c = info.param;
+                           return std::string(policy_name(c.policy)) + "_h" + std::to_string(c.heads) + "_q" +
+                                  std::to_string(c.q_len) + "_b" + std::to_string(c.seqlens.size()) + "_" +
+                                  std::to_string(info.index);
+                         });
+
+}  // namespace
+}  // namespace kbmla::test

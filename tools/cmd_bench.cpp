@@ -1,0 +1,292 @@
+// `kbmla bench`: in one process, the device-to-device copy ceiling (2 GiB, bytes read +
+// written), then every case of the cases file under each policy: decode + combine time
+// of one layer (median of CUDA-event-timed runs after warm-up, no cache rotation, as the
+// reference figures were measured), with a rotated-cache figure where the case's bytes
+// are under 4x L2. The static policies use the fastest split count of a measured sweep.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "kbmla/decode.hpp"
+#include "kbmla/device.hpp"
+#include "kbmla/error.hpp"
+#include "tools/cases.hpp"
+#include "tools/commands.hpp"
+
+#ifndef KBMLA_GIT_COMMIT
+#define KBMLA_GIT_COMMIT "unknown"
+#endif
+
+namespace kbmla::tools {
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) { require(e == cudaSuccess, what, ": ", cudaGetErrorString(e)); }
+
+struct BenchOptions {
+  std::string cases_path;
+  std::string case_filter;
+  std::string policies = "worklist,static,static_persistent";
+  std::string json_path;
+  std::string commit = KBMLA_GIT_COMMIT;
+  int runs = 50;
+  int warmup = 10;
+  int sms = 0;
+};
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { cuda_check(cudaMalloc(&ptr, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+};
+
+template <class F>
+double median_us(F&& launch, int runs, int warmup, cudaStream_t stream) {
+  cudaEvent_t a, b;
+  cuda_check(cudaEventCreate(&a), "event");
+  cuda_check(cudaEventCreate(&b), "event");
+  for (int i = 0; i < warmup; ++i) launch(i);
+  std::vector<float> ms(runs);
+  for (int i = 0; i < runs; ++i) {
+    cuda_check(cudaEventRecord(a, stream), "record");
+    launch(i);
+    cuda_check(cudaEventRecord(b, stream), "record");
+    cuda_check(cudaEventSynchronize(b), "sync");
+    cuda_check(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(ms.begin(), ms.begin() + runs / 2, ms.end());
+  return ms[runs / 2] * 1000.0;
+}
+
+double measure_copy_gbps(cudaStream_t stream) {
+  const size_t bytes = size_t(2) << 30;
+  DeviceBuffer src(bytes), dst(bytes);
+  fill_device_random_bf16(src.ptr, bytes / 2, 1, stream);
+  const double us = median_us([&](int) { cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream); },
+                              20, 3, stream);
+  return 2.0 * double(bytes) / (us * 1e3);
+}
+
+struct CaseData {
+  std::vector<int32_t> seqlens;
+  int max_pages = 1;
+  int64_t num_pages = 1;
+  size_t cache_bytes = 0;
+  std::vector<std::unique_ptr<DeviceBuffer>> caches;  // rotated copies (1 = no rotation)
+  std::unique_ptr<DeviceBuffer> q, out, lse, block_table, seqlens_dev;
+};
+
+struct Measurement {
+  std::string policy;
+  int split_kv = 0;
+  double median_us = 0, rotated_us = 0, plan_us = 0;
+  bool output_finite = false;
+};
+
+}  // namespace
+
+namespace {
+
+int run_bench(const BenchOptions& o) {
+  DeviceInfo dev = query_device();
+  require(dev.supported, "bench needs an sm_90 GPU: ", dev.reason);
+  cudaStream_t stream;
+  cuda_check(cudaStreamCreate(&stream), "stream");
+  const int sms = o.sms > 0 ? o.sms : dev.sm_count;
+  const double copy_gbps = measure_copy_gbps(stream);
+  fmt::print("GPU {} ({} SMs, L2 {} MiB); copy ceiling {:.0f} GB/s (2 GiB device-to-device, read + write)\n",
+             dev.name, dev.sm_count, dev.l2_bytes >> 20, copy_gbps);
+
+  std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
+  std::vector<std::string> policies;
+  for (size_t pos = 0; pos <= o.policies.size();) {
+    size_t c = o.policies.find(',', pos);
+    policies.push_back(o.policies.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
+    if (c == std::string::npos) break;
+    pos = c + 1;
+  }
+  auto policy_of = [](const std::string& n) {
+    if (n == "worklist") return Policy::kWorkList;
+    if (n == "static") return Policy::kStatic;
+    if (n == "static_persistent") return Policy::kStaticPersistent;
+    throw Error(detail::concat("bench: unknown policy '", n, "' (worklist, static, static_persistent)"));
+  };
+  for (const auto& n : policies) policy_of(n);
+
+  nlohmann::json results = nlohmann::json::array();
+  fmt::print("{:<36} {:<18} {:>5} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8}\n", "case", "policy", "split",
+             "median_us", "plan_us", "GB/s", "%copy", "TFLOP/s", "rotated%", "ref%");
+  int matched = 0;
+  for (const BenchCase& bc : cases) {
+    if (!o.case_filter.empty() && o.case_filter != "all" && bc.name.find(o.case_filter) == std::string::npos) continue;
+    ++matched;
+    CaseData d;
+    d.seqlens.assign(bc.seqlens.begin(), bc.seqlens.end());
+    int64_t tokens = 0;
+    std::vector<int32_t> pages_per(bc.batch);
+    for (int b = 0; b < bc.batch; ++b) {
+      pages_per[b] = (d.seqlens[b] + 63) / 64;
+      d.max_pages = std::max(d.max_pages, pages_per[b]);
+      d.num_pages += pages_per[b];
+      tokens += d.seqlens[b];
+    }
+    // Random page order over the whole cache.
+    std::vector<int32_t> perm(d.num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(7));
+    std::vector<int32_t> table(size_t(bc.batch) * d.max_pages, 0);
+    size_t next = 0;
+    for (int b = 0; b < bc.batch; ++b)
+      for (int j = 0; j < pages_per[b]; ++j) table[size_t(b) * d.max_pages + j] = perm[next++];
+    d.cache_bytes = size_t(d.num_pages) * 64 * 576 * 2;
+    const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
+    const double kv_bytes = double(tokens) * 576 * 2;
+    const double io_bytes = kv_bytes + double(rows) * 576 * 2 + double(rows) * 512 * 2;
+    const int copies = kv_bytes < 4.0 * double(dev.l2_bytes)
+                           ? int(std::min<double>(32, std::ceil(4.0 * double(dev.l2_bytes) / std::max(kv_bytes, 1.0)) + 1))
+                           : 1;
+    for (int c = 0; c < copies; ++c) {
+      d.caches.push_back(std::make_unique<DeviceBuffer>(d.cache_bytes));
+      fill_device_random_bf16(d.caches.back()->ptr, d.cache_bytes / 2, 100 + c, stream);
+    }
+    d.q = std::make_unique<DeviceBuffer>(rows * 576 * 2);
+    fill_device_random_bf16(d.q->ptr, rows * 576, 3, stream);
+    d.out = std::make_unique<DeviceBuffer>(rows * 512 * 2);
+    d.lse = std::make_unique<DeviceBuffer>(rows * 4);
+    d.block_table = std::make_unique<DeviceBuffer>(table.size() * 4);
+    d.seqlens_dev = std::make_unique<DeviceBuffer>(d.seqlens.size() * 4);
+    cuda_check(cudaMemcpy(d.block_table->ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
+    cuda_check(cudaMemcpy(d.seqlens_dev->ptr, d.seqlens.data(), d.seqlens.size() * 4, cudaMemcpyHostToDevice), "copy");
+    std::vector<KvCache> kv;
+    for (auto& c : d.caches) kv.emplace_back(c->ptr, d.num_pages, 64);
+
+    DecodeConfig config;
+    config.heads = bc.heads;
+    config.q_len = bc.q_len;
+    config.softmax_scale = 1.0f / std::sqrt(576.0f);
+
+    auto measure = [&](Policy policy, int splits, int runs, bool rotated_too) {
+      Measurement m;
+      m.policy = policy_name(policy);
+      PlanOptions opt;
+      opt.policy = policy;
+      opt.num_ctas = sms;
+      opt.static_splits = splits;
+      auto t0 = std::chrono::steady_clock::now();
+      DevicePlan plan = DevicePlan::create(config, d.seqlens, opt);
+      m.plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      m.split_kv = plan.options().static_splits;
+      DeviceBuffer ws(plan.workspace_bytes());
+      init_workspace(ws.ptr, plan.workspace_bytes(), stream);
+      DecodeArgs a;
+      a.q = d.q->ptr;
+      a.block_table = static_cast<int32_t*>(d.block_table->ptr);
+      a.max_pages = d.max_pages;
+      a.seqlens = static_cast<int32_t*>(d.seqlens_dev->ptr);
+      a.out = d.out->ptr;
+      a.lse = static_cast<float*>(d.lse->ptr);
+      a.workspace = ws.ptr;
+      a.workspace_bytes = plan.workspace_bytes();
+      a.stream = stream;
+      m.median_us = median_us([&](int) { decode(plan, kv[0], a); }, runs, o.warmup, stream);
+      if (rotated_too && kv.size() > 1) {
+        m.rotated_us = median_us([&](int i) { decode(plan, kv[size_t(i) % kv.size()], a); }, runs, o.warmup, stream);
+      }
+      const uint32_t errors = read_device_errors(ws.ptr, stream);
+      require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
+      std::vector<float> lse(rows);
+      cuda_check(cudaMemcpy(lse.data(), d.lse->ptr, rows * 4, cudaMemcpyDeviceToHost), "copy");
+      m.output_finite = std::all_of(lse.begin(), lse.end(), [](float x) { return !std::isnan(x); });
+      return m;
+    };
+
+    for (const std::string& pname : policies) {
+      const Policy policy = policy_of(pname);
+      Measurement best;
+      if (policy == Policy::kWorkList) {
+        best = measure(policy, 0, o.runs, true);
+      } else {
+        // Measured sweep of uniform split counts; the fastest is the baseline.
+        double best_us = 1e30;
+        int best_s = 1;
+        for (int s : {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128}) {
+          int max_blocks = 0;
+          for (int32_t L : d.seqlens) max_blocks = std::max(max_blocks, (L + 63) / 64);
+          if (s > std::max(1, max_blocks)) break;
+          Measurement m = measure(policy, s, 10, false);
+          if (m.median_us < best_us) {
+            best_us = m.median_us;
+            best_s = s;
+          }
+        }
+        best = measure(policy, best_s, o.runs, true);
+      }
+      const double gbps = io_bytes / (best.median_us * 1e3);
+      const double pct = 100.0 * gbps / copy_gbps;
+      const double tflops = 2.0 * bc.q_len * bc.heads * double(tokens) * (576 + 512) / (best.median_us * 1e6);
+      const double rot_pct = best.rotated_us > 0 ? 100.0 * io_bytes / (best.rotated_us * 1e3) / copy_gbps : 0;
+      fmt::print("{:<36} {:<18} {:>5} {:>10.1f} {:>8.0f} {:>8.0f} {:>7.1f} {:>8.0f} {:>10} {:>8}{}\n", bc.name,
+                 best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us, gbps,
+                 pct, tflops, best.rotated_us > 0 ? fmt::format("{:.1f}", rot_pct) : "-",
+                 bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
+                 best.output_finite ? "" : "  NaN IN OUTPUT");
+      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", "bf16"},
+                          {"page_size", 64},          {"median_us", best.median_us}, {"plan_us", best.plan_us},
+                          {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
+                          {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
+      if (best.rotated_us > 0) {
+        r["rotated_median_us"] = best.rotated_us;
+        r["rotated_pct_of_copy"] = rot_pct;
+        r["rotated_copies"] = copies;
+      }
+      if (bc.reference_pct_of_copy) r["reference_pct_of_copy"] = *bc.reference_pct_of_copy;
+      results.push_back(r);
+    }
+  }
+  require(matched > 0, "bench: no case matches '", o.case_filter, "'");
+  if (!o.json_path.empty()) {
+    std::time_t now = std::time(nullptr);
+    char date[32];
+    std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    nlohmann::json doc = {{"gpu", dev.name}, {"sm_count", dev.sm_count}, {"ctas", sms}, {"commit", o.commit},
+                          {"date", date},    {"copy_gbps", copy_gbps},   {"results", results}};
+    std::ofstream f(o.json_path);
+    require(f.good(), "bench: cannot write '", o.json_path, "'");
+    f << doc.dump(1) << "\n";
+    fmt::print("wrote {}\n", o.json_path);
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}
+
+}  // namespace
+
+Action add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time decode + combine per case and policy against the copy ceiling");
+  cmd->add_option("--cases", o->cases_path, "Cases JSON (default: bench/cases.json)");
+  cmd->add_option("--case", o->case_filter, "Only cases whose name contains this ('all' for every case)");
+  cmd->add_option("--policies", o->policies, "Comma-separated: worklist,static,static_persistent");
+  cmd->add_option("--json", o->json_path, "Write the results as JSON to this file");
+  cmd->add_option("--commit", o->commit, "Commit recorded in the JSON");
+  cmd->add_option("--runs", o->runs, "Timed runs per measurement (median)")->check(CLI::Range(50, 100000));
+  cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
+  cmd->add_option("--sms", o->sms, "CTA budget (default: every SM)")->check(CLI::Range(0, 4096));
+  return [o] { return run_bench(*o); };
+}
+
+}  // namespace kbmla::tools
