@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over a carried build/: the GPU test tiers and the benchmark,
+# logs and the bench JSON under $OUT (or ./gpu-out). Usage:
+#   bench/run_gpu_suite.sh [tiers...]   tiers: smoke sweep sanitizer bench sass (default: all)
+set -uo pipefail
+out="${OUT:-gpu-out}"; mkdir -p "$out"
+commit="${KBMLA_COMMIT:-unknown}"
+tiers="${*:-sass smoke sweep sanitizer bench}"
+status=0
+for t in $tiers; do
+  case "$t" in
+    sass) cuobjdump --dump-sass build/libkbmla_cuda.a > "$out/sass.txt" 2>&1
+          echo "SASS: $(grep -cE 'HGMMA' "$out/sass.txt") HGMMA, $(grep -cE '\bLDL|\bSTL' "$out/sass.txt") local-memory instructions" ;;
+    smoke) timeout -s KILL 200 build/tests/kbmla_gpu_tests --gtest_filter='GpuSmoke.*' > "$out/smoke.log" 2>&1 || status=1
+           tail -3 "$out/smoke.log" ;;
+    sweep) timeout -s KILL 400 build/tests/kbmla_gpu_tests --gtest_filter='Cases/GpuSweep.*' > "$out/sweep.log" 2>&1 || status=1
+           grep -E "FAILED|PASSED|Failure" "$out/sweep.log" | head -20 ;;
+    sanitizer) timeout -s KILL 300 tests/gpu/run_sanitizer.sh build/tests/kbmla_gpu_tests > "$out/sanitizer.log" 2>&1 || status=1
+               grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tail -3 ;;
+    bench) timeout -s KILL 500 build/kbmla bench --case all --commit "$commit" --json "$out/bench.json" > "$out/bench.log" 2>&1 || status=1
+           cat "$out/bench.log" ;;
+    *) echo "unknown tier $t"; status=2 ;;
+  esac
+done
+exit $status
