@@ -17,8 +17,14 @@ for t in $tiers; do
            grep -E "FAILED|PASSED|Failure" "$out/sweep.log" | head -20 ;;
     sanitizer) timeout -s KILL 300 tests/gpu/run_sanitizer.sh build/tests/kbmla_gpu_tests > "$out/sanitizer.log" 2>&1 || status=1
                grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tail -3 ;;
-    bench) timeout -s KILL 500 build/kbmla bench --case all --commit "$commit" --json "$out/bench.json" > "$out/bench.log" 2>&1 || status=1
+    bench) timeout -s KILL 500 build/kbmla bench --case all --commit "$commit" --json "$out/bench.json" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1 || status=1
            cat "$out/bench.log" ;;
+    ncu) # Kernel durations (decode and combine separately) for the cases in NCU_CASES.
+         for c in ${NCU_CASES:-uniform_B128_Sq1_H16}; do for pol in worklist static; do
+           timeout -s KILL 120 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:'mla_decode|combine' \
+             --launch-skip 4 --launch-count 4 build/kbmla bench --case "$c" --policies "$pol" --runs 50 > "$out/ncu_${c}_${pol}.log" 2>&1
+           echo "$c $pol: $(grep -E 'mla_decode|combine_kernel|gpu__time_duration' "$out/ncu_${c}_${pol}.log" | awk '/mla_decode|combine/{k=($0~/combine/)?"combine":"decode"} /gpu__time_duration/{print k, $(NF)}' | tr '\n' ' ')"
+         done; done ;;
     *) echo "unknown tier $t"; status=2 ;;
   esac
 done

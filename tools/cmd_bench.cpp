@@ -20,6 +20,7 @@
 #include "kbmla/decode.hpp"
 #include "kbmla/device.hpp"
 #include "kbmla/error.hpp"
+#include "src/runtime/decode_internal.hpp"
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
 
@@ -42,6 +43,7 @@ struct BenchOptions {
   int runs = 50;
   int warmup = 10;
   int sms = 0;
+  bool spike = false;
 };
 
 struct DeviceBuffer {
@@ -179,9 +181,12 @@ int run_bench(const BenchOptions& o) {
     config.q_len = bc.q_len;
     config.softmax_scale = 1.0f / std::sqrt(576.0f);
 
-    auto measure = [&](Policy policy, int splits, int runs, bool rotated_too) {
+    auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
+                       sm90::KernelMode mode = sm90::KernelMode::kFull) {
       Measurement m;
       m.policy = policy_name(policy);
+      if (mode == sm90::KernelMode::kLoadOnly) m.policy += "/load_only";
+      if (mode == sm90::KernelMode::kMathOnly) m.policy += "/math_only";
       PlanOptions opt;
       opt.policy = policy;
       opt.num_ctas = sms;
@@ -202,9 +207,10 @@ int run_bench(const BenchOptions& o) {
       a.workspace = ws.ptr;
       a.workspace_bytes = plan.workspace_bytes();
       a.stream = stream;
-      m.median_us = median_us([&](int) { decode(plan, kv[0], a); }, runs, o.warmup, stream);
+      m.median_us = median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode); }, runs, o.warmup, stream);
       if (rotated_too && kv.size() > 1) {
-        m.rotated_us = median_us([&](int i) { decode(plan, kv[size_t(i) % kv.size()], a); }, runs, o.warmup, stream);
+        m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
+                                 runs, o.warmup, stream);
       }
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
@@ -214,11 +220,17 @@ int run_bench(const BenchOptions& o) {
       return m;
     };
 
-    for (const std::string& pname : policies) {
+    std::vector<std::pair<std::string, sm90::KernelMode>> runs_to_do;
+    for (const std::string& pname : policies) runs_to_do.push_back({pname, sm90::KernelMode::kFull});
+    if (o.spike) {
+      runs_to_do.push_back({"worklist", sm90::KernelMode::kLoadOnly});
+      runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
+    }
+    for (const auto& [pname, mode] : runs_to_do) {
       const Policy policy = policy_of(pname);
       Measurement best;
       if (policy == Policy::kWorkList) {
-        best = measure(policy, 0, o.runs, true);
+        best = measure(policy, 0, o.runs, mode == sm90::KernelMode::kFull, mode);
       } else {
         // Measured sweep of uniform split counts; the fastest is the baseline.
         double best_us = 1e30;
@@ -243,7 +255,7 @@ int run_bench(const BenchOptions& o) {
                  best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us, gbps,
                  pct, tflops, best.rotated_us > 0 ? fmt::format("{:.1f}", rot_pct) : "-",
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
-                 best.output_finite ? "" : "  NaN IN OUTPUT");
+                 best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT");
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", "bf16"},
                           {"page_size", 64},          {"median_us", best.median_us}, {"plan_us", best.plan_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
@@ -286,6 +298,9 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--runs", o->runs, "Timed runs per measurement (median)")->check(CLI::Range(50, 100000));
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
   cmd->add_option("--sms", o->sms, "CTA budget (default: every SM)")->check(CLI::Range(0, 4096));
+  cmd->add_flag("--spike", o->spike,
+                "Also time the work-list kernel with loads only (consumers just release stages) and with math only "
+                "(no KV loads): the loader's and the math loop's ceilings");
   return [o] { return run_bench(*o); };
 }
 

@@ -9,94 +9,121 @@ namespace kbmla {
 namespace {
 
 constexpr int kDv = 512;
-constexpr int kWarpsPerBlock = 4;
+constexpr int kQuarterCols = 128;   // columns of one block: 32 lanes x float4
+constexpr int kQuarters = kDv / kQuarterCols;
+constexpr int kWarps = 8;           // warps of a block stride over the splits
+constexpr int kThreads = kWarps * 32;
 
 __device__ __forceinline__ bool row_sees_a_key(const CombineParams& p, int seqlen, int row) {
   if (seqlen <= 0) return false;
   return !p.causal || seqlen - p.q_len + row / p.heads + 1 > 0;
 }
 
-__device__ __forceinline__ void write_empty_row(const CombineParams& p, int b, int row, int lane) {
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv;
-  const uint2 zero = make_uint2(0, 0);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) *reinterpret_cast<uint2*>(out + q * 128 + lane * 4) = zero;
-  if (lane == 0) p.lse[int64_t{b} * p.rows + row] = -__int_as_float(0x7f800000);
+// Writes columns [quarter * 128, +128) of an empty row (O = 0), and its LSE = -inf from
+// quarter 0.
+__device__ __forceinline__ void write_empty_quarter(const CombineParams& p, int b, int row, int quarter, int lane) {
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv + quarter * kQuarterCols;
+  *reinterpret_cast<uint2*>(out + lane * 4) = make_uint2(0, 0);
+  if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = -__int_as_float(0x7f800000);
 }
 
-// One warp per output row. Blocks [0, combine_blocks) merge split requests' rows; the
-// rest zero-fill listed q tiles.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    combine_kernel(const __grid_constant__ CombineParams p, int row_groups_per_request, int combine_blocks) {
+__device__ __forceinline__ float block_reduce(float v, float* scratch, bool is_max) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffff, v, off);
+    v = is_max ? fmaxf(v, o) : v + o;
+  }
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < kWarps; ++w) v = is_max ? fmaxf(v, scratch[w]) : v + scratch[w];
+  __syncthreads();
+  return v;
+}
+
+// Blocks [0, combine_blocks): (split request, row, column quarter). The 8 warps take
+// every 8th split, so up to 8 x 32 float4 loads per block are in flight even for one long
+// request cut into hundreds of splits; a shared-memory reduction adds the warps' sums.
+// Blocks [combine_blocks, ...): one zero-filled q tile each.
+__global__ void __launch_bounds__(kThreads)
+    combine_kernel(const __grid_constant__ CombineParams p, int combine_blocks) {
+  __shared__ float weights[kMaxSplitsPerRequest];
+  __shared__ float scratch[kWarps];
+  __shared__ float4 partial_sums[kWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (int(blockIdx.x) >= combine_blocks) {
     const int entry = p.zero_fill[blockIdx.x - combine_blocks];
     const int tile_batch = work_entry_tile_batch(entry);
     const int t = tile_batch / p.batch, b = tile_batch % p.batch;
     const int end = min(p.rows, (t + 1) * p.tile_rows);
-    for (int row = t * p.tile_rows + warp; row < end; row += kWarpsPerBlock) write_empty_row(p, b, row, lane);
+    for (int i = t * p.tile_rows * kQuarters + warp; i < end * kQuarters; i += kWarps) {
+      write_empty_quarter(p, b, i / kQuarters, i % kQuarters, lane);
+    }
     return;
   }
-  const int b = p.split_requests[blockIdx.x / row_groups_per_request];
-  const int row = (blockIdx.x % row_groups_per_request) * kWarpsPerBlock + warp;
-  if (row >= p.rows) return;
+  const int quarter = blockIdx.x % kQuarters;
+  const int row = (blockIdx.x / kQuarters) % p.rows;
+  const int b = p.split_requests[blockIdx.x / (kQuarters * p.rows)];
   if (!row_sees_a_key(p, p.seqlens[b], row)) {
-    write_empty_row(p, b, row, lane);
+    if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
     return;
   }
   const int ns = p.splits.num_splits[b];
   const int64_t slot0 = p.splits.first_slot[b];
   const float neg_inf = -__int_as_float(0x7f800000);
-  float max_lse = neg_inf;
-  for (int s = lane; s < ns; s += 32) max_lse = fmaxf(max_lse, p.partial_lse[(slot0 + s) * p.rows + row]);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv;
+  float lse_s = neg_inf;
+  if (int(threadIdx.x) < ns) lse_s = p.partial_lse[(slot0 + threadIdx.x) * p.rows + row];
+  const float max_lse = block_reduce(lse_s, scratch, true);
   if (max_lse == neg_inf) {  // every split saw only masked keys
-    write_empty_row(p, b, row, lane);
+    if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
     return;
   }
-  float sum = 0.f;
-  for (int s = lane; s < ns; s += 32) sum += exp2f(p.partial_lse[(slot0 + s) * p.rows + row] - max_lse);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, off);
-  const float lse_log2 = max_lse + log2f(sum);
-  float acc[16] = {};
-  for (int s = 0; s < ns; ++s) {
-    const float l = p.partial_lse[(slot0 + s) * p.rows + row];
-    if (l == neg_inf) continue;  // weighs 0; its partial O may be 0/0
-    const float w = exp2f(l - lse_log2);
-    const float* src = p.partial_o + ((slot0 + s) * p.rows + row) * kDv;
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 v = *reinterpret_cast<const float4*>(src + q * 128 + lane * 4);
-      acc[4 * q + 0] += w * v.x;
-      acc[4 * q + 1] += w * v.y;
-      acc[4 * q + 2] += w * v.z;
-      acc[4 * q + 3] += w * v.w;
-    }
+  const float e = lse_s == neg_inf ? 0.f : exp2f(lse_s - max_lse);
+  const float sum = block_reduce(e, scratch, false);
+  // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
+  if (int(threadIdx.x) < ns) weights[threadIdx.x] = e / sum;
+  __syncthreads();
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4;
+  const int64_t split_stride = int64_t{p.rows} * kDv;
+#pragma unroll 4
+  for (int s = warp; s < ns; s += kWarps) {
+    const float w = weights[s];
+    if (w == 0.f) continue;
+    const float4 v = *reinterpret_cast<const float4*>(base + s * split_stride);
+    acc.x += w * v.x;
+    acc.y += w * v.y;
+    acc.z += w * v.z;
+    acc.w += w * v.w;
   }
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    __nv_bfloat162 lo = __floats2bfloat162_rn(acc[4 * q + 0], acc[4 * q + 1]);
-    __nv_bfloat162 hi = __floats2bfloat162_rn(acc[4 * q + 2], acc[4 * q + 3]);
-    uint2 packed;
-    packed.x = *reinterpret_cast<uint32_t*>(&lo);
-    packed.y = *reinterpret_cast<uint32_t*>(&hi);
-    *reinterpret_cast<uint2*>(out + q * 128 + lane * 4) = packed;
+  partial_sums[warp][lane] = acc;
+  __syncthreads();
+  if (warp != 0) return;
+  for (int w = 1; w < kWarps; ++w) {
+    const float4 v = partial_sums[w][lane];
+    acc.x += v.x;
+    acc.y += v.y;
+    acc.z += v.z;
+    acc.w += v.w;
   }
-  if (lane == 0) p.lse[int64_t{b} * p.rows + row] = lse_log2 * 0.69314718055994531f;
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+  uint2 packed;
+  packed.x = *reinterpret_cast<uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<uint32_t*>(&hi);
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv + quarter * kQuarterCols;
+  *reinterpret_cast<uint2*>(out + lane * 4) = packed;
+  if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
 }
 
 }  // namespace
 
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  const int groups = (p.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int64_t combine_blocks = int64_t{p.num_split_requests} * groups;
+  const int64_t combine_blocks = int64_t{p.num_split_requests} * p.rows * kQuarters;
   const int64_t blocks = combine_blocks + p.num_zero_fill;
   if (blocks == 0) return;
   require(blocks < (int64_t{1} << 31), "combine: ", blocks, " blocks exceed the grid limit");
-  combine_kernel<<<unsigned(blocks), kWarpsPerBlock * 32, 0, stream>>>(p, groups, int(combine_blocks));
+  combine_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(p, int(combine_blocks));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }

@@ -15,6 +15,7 @@
 #include "kbmla/helpers.hpp"
 #include "kbmla/static_baseline.hpp"
 #include "src/combine/combine.hpp"
+#include "src/runtime/decode_internal.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
 
@@ -199,6 +200,11 @@ std::string describe_device_errors(uint32_t bits) {
 }
 
 void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
+  detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
+}
+
+void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
+                              sm90::KernelMode mode) {
   const DevicePlan::Impl& P = plan.impl();
   const DecodeConfig& c = P.config;
   const HostPlan& h = P.host;
@@ -277,8 +283,9 @@ void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
   p.grid_ctas = int(grid.x);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   if (grid.x > 0) {
-    sm90::launch_decode_bf16(q_map, *reinterpret_cast<const CUtensorMap*>(cache.tensor_map()), p, grid, stream);
+    sm90::launch_decode_bf16(q_map, *reinterpret_cast<const CUtensorMap*>(cache.tensor_map()), p, grid, stream, mode);
   }
+  if (mode != sm90::KernelMode::kFull) return;
 
   CombineParams cp{};
   cp.batch = B;

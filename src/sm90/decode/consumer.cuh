@@ -43,6 +43,7 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, in
   }
 }
 
+template <KernelMode Mode>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* smem, int wg) {
   const int tid = threadIdx.x - 128 * (wg + 1);
   const int warp = tid / 32, lane = tid % 32;
@@ -83,6 +84,10 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+      if constexpr (Mode == KernelMode::kLoadOnly) {
+        Mbarrier::arrive(empty + stage);
+        continue;
+      }
 
       // S (64 x 32) = Q (64 x 576) K[32 wg .. 32 wg + 31]^T, 36 k-steps of 16.
       float s[16];

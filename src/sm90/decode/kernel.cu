@@ -8,6 +8,7 @@
 
 namespace kbmla::sm90 {
 
+template <KernelMode Mode>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
@@ -31,23 +32,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     set_max_registers_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       PagedKvLoader64 kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
-      run_producer(p, &q_map, kv, smem);
+      run_producer<Mode>(p, &q_map, kv, smem);
     }
   } else {
     set_max_registers_inc<kConsumerRegs>();
-    run_consumer(p, smem, wg - 1);
+    run_consumer<Mode>(p, smem, wg - 1);
   }
 }
 
-void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
-                        cudaStream_t stream) {
+namespace {
+template <KernelMode Mode>
+void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+                 cudaStream_t stream) {
   static const cudaError_t attr_err = cudaFuncSetAttribute(
-      mla_decode_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+      mla_decode_bf16_kernel<Mode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  mla_decode_bf16_kernel<<<grid, kThreads, SmemLayout::alloc, stream>>>(q_map, kv_map, p);
+  mla_decode_bf16_kernel<Mode><<<grid, kThreads, SmemLayout::alloc, stream>>>(q_map, kv_map, p);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
+}
+}  // namespace
+
+void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+                        cudaStream_t stream, KernelMode mode) {
+  switch (mode) {
+    case KernelMode::kFull: return launch_mode<KernelMode::kFull>(q_map, kv_map, p, grid, stream);
+    case KernelMode::kLoadOnly: return launch_mode<KernelMode::kLoadOnly>(q_map, kv_map, p, grid, stream);
+    case KernelMode::kMathOnly: return launch_mode<KernelMode::kMathOnly>(q_map, kv_map, p, grid, stream);
+  }
 }
 
 }  // namespace kbmla::sm90

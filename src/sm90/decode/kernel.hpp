@@ -11,6 +11,6 @@ namespace kbmla::sm90 {
 // Grid: work list and static persistent (n, 1, 1); static non-persistent
 // (cluster, B * q tiles, split_kv). Throws kbmla::Error on a launch failure.
 void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
-                        cudaStream_t stream);
+                        cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
 }  // namespace kbmla::sm90

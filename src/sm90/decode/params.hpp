@@ -11,6 +11,12 @@ namespace kbmla::sm90 {
 
 enum class KernelPolicy : int { kWorkList = 0, kStatic = 1, kStaticPersistent = 2 };
 
+// Ceiling spike (bench/NOTES.md): kFull is the product; kLoadOnly streams every KV stage
+// through TMA but the consumers only release it (the loader's bandwidth ceiling);
+// kMathOnly runs the whole consumer loop on whatever the stages hold while the producer
+// completes each stage without loading (the tensor and softmax ceiling).
+enum class KernelMode : int { kFull = 0, kLoadOnly = 1, kMathOnly = 2 };
+
 struct DecodeParams {
   // Problem.
   int batch;

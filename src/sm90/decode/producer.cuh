@@ -32,6 +32,7 @@ struct PagedKvLoader64 {
   }
 };
 
+template <KernelMode Mode>
 __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* q_map,
                                              const PagedKvLoader64& kv, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
@@ -63,7 +64,11 @@ __device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtens
       // The flag is stored before the arrive that completes with the TMA bytes (release),
       // so a consumer that passed the full barrier (acquire) sees it.
       stage_flags[stage] = err != 0;
-      kv.issue(page, full + stage, smem + SmemLayout::kv + stage * kTileBytes);
+      if constexpr (Mode == KernelMode::kMathOnly) {
+        Mbarrier::arrive(full + stage);
+      } else {
+        kv.issue(page, full + stage, smem + SmemLayout::kv + stage * kTileBytes);
+      }
     }
   }
   if (errors) atomicOr(p.error_word, errors);
