@@ -42,18 +42,77 @@ __device__ __forceinline__ float block_reduce(float v, float* scratch, bool is_m
   return v;
 }
 
-// Blocks [0, combine_blocks): (split request, row, column quarter). The 8 warps take
-// every 8th split, so up to 8 x 32 float4 loads per block are in flight even for one long
+__device__ __forceinline__ void store_quarter(const CombineParams& p, int b, int row, int quarter, int lane, float4 acc) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
+  uint2 packed;
+  packed.x = *reinterpret_cast<uint32_t*>(&lo);
+  packed.y = *reinterpret_cast<uint32_t*>(&hi);
+  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv + quarter * kQuarterCols;
+  *reinterpret_cast<uint2*>(out + lane * 4) = packed;
+}
+
+__device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
+  acc.x += w * v.x;
+  acc.y += w * v.y;
+  acc.z += w * v.z;
+  acc.w += w * v.w;
+}
+
+// A narrow request (<= 32 splits): one warp merges one (row, column quarter); the lanes
+// hold one split's LSE each, so the weights need warp shuffles only.
+__device__ __forceinline__ void combine_narrow(const CombineParams& p, int task, int lane) {
+  const int quarter = task % kQuarters;
+  const int row = (task / kQuarters) % p.rows;
+  const int b = p.split_requests[p.num_wide_requests + task / (kQuarters * p.rows)];
+  if (!row_sees_a_key(p, p.seqlens[b], row)) {
+    write_empty_quarter(p, b, row, quarter, lane);
+    return;
+  }
+  const int ns = p.splits.num_splits[b];
+  const int64_t slot0 = p.splits.first_slot[b];
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const float lse_s = lane < ns ? p.partial_lse[(slot0 + lane) * p.rows + row] : neg_inf;
+  float max_lse = lse_s;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
+  if (max_lse == neg_inf) {
+    write_empty_quarter(p, b, row, quarter, lane);
+    return;
+  }
+  const float e = lse_s == neg_inf ? 0.f : exp2f(lse_s - max_lse);
+  float sum = e;
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, off);
+  const float w_lane = e / sum;
+  const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4;
+  const int64_t split_stride = int64_t{p.rows} * kDv;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int s = 0; s < ns; ++s) {
+    const float w = __shfl_sync(0xffffffff, w_lane, s);
+    if (w != 0.f) fma4(acc, w, *reinterpret_cast<const float4*>(base + s * split_stride));
+  }
+  store_quarter(p, b, row, quarter, lane, acc);
+  if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
+}
+
+// Blocks [0, wide_blocks): (wide request, row, column quarter). The 8 warps take every
+// 8th split, so up to 8 x 32 float4 loads per block are in flight even for one long
 // request cut into hundreds of splits; a shared-memory reduction adds the warps' sums.
-// Blocks [combine_blocks, ...): one zero-filled q tile each.
+// Blocks [wide_blocks, narrow_end): 8 narrow tasks each. Then one zero-filled q tile each.
 __global__ void __launch_bounds__(kThreads)
-    combine_kernel(const __grid_constant__ CombineParams p, int combine_blocks) {
+    combine_kernel(const __grid_constant__ CombineParams p, int wide_blocks, int narrow_end) {
   __shared__ float weights[kMaxSplitsPerRequest];
   __shared__ float scratch[kWarps];
   __shared__ float4 partial_sums[kWarps][32];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (int(blockIdx.x) >= combine_blocks) {
-    const int entry = p.zero_fill[blockIdx.x - combine_blocks];
+  if (int(blockIdx.x) >= wide_blocks && int(blockIdx.x) < narrow_end) {
+    const int task = (blockIdx.x - wide_blocks) * kWarps + warp;
+    if (task < (p.num_split_requests - p.num_wide_requests) * p.rows * kQuarters) combine_narrow(p, task, lane);
+    return;
+  }
+  if (int(blockIdx.x) >= narrow_end) {
+    const int entry = p.zero_fill[blockIdx.x - narrow_end];
     const int tile_batch = work_entry_tile_batch(entry);
     const int t = tile_batch / p.batch, b = tile_batch % p.batch;
     const int end = min(p.rows, (t + 1) * p.tile_rows);
@@ -90,40 +149,26 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 4
   for (int s = warp; s < ns; s += kWarps) {
     const float w = weights[s];
-    if (w == 0.f) continue;
-    const float4 v = *reinterpret_cast<const float4*>(base + s * split_stride);
-    acc.x += w * v.x;
-    acc.y += w * v.y;
-    acc.z += w * v.z;
-    acc.w += w * v.w;
+    if (w != 0.f) fma4(acc, w, *reinterpret_cast<const float4*>(base + s * split_stride));
   }
   partial_sums[warp][lane] = acc;
   __syncthreads();
   if (warp != 0) return;
-  for (int w = 1; w < kWarps; ++w) {
-    const float4 v = partial_sums[w][lane];
-    acc.x += v.x;
-    acc.y += v.y;
-    acc.z += v.z;
-    acc.w += v.w;
-  }
-  __nv_bfloat162 lo = __floats2bfloat162_rn(acc.x, acc.y), hi = __floats2bfloat162_rn(acc.z, acc.w);
-  uint2 packed;
-  packed.x = *reinterpret_cast<uint32_t*>(&lo);
-  packed.y = *reinterpret_cast<uint32_t*>(&hi);
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv + quarter * kQuarterCols;
-  *reinterpret_cast<uint2*>(out + lane * 4) = packed;
+  for (int w = 1; w < kWarps; ++w) fma4(acc, 1.f, partial_sums[w][lane]);
+  store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
 }
 
 }  // namespace
 
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  const int64_t combine_blocks = int64_t{p.num_split_requests} * p.rows * kQuarters;
-  const int64_t blocks = combine_blocks + p.num_zero_fill;
+  const int64_t wide_blocks = int64_t{p.num_wide_requests} * p.rows * kQuarters;
+  const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows * kQuarters;
+  const int64_t narrow_end = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps;
+  const int64_t blocks = narrow_end + p.num_zero_fill;
   if (blocks == 0) return;
   require(blocks < (int64_t{1} << 31), "combine: ", blocks, " blocks exceed the grid limit");
-  combine_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(p, int(combine_blocks));
+  combine_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(p, int(wide_blocks), int(narrow_end));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }

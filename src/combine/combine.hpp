@@ -16,8 +16,12 @@ struct CombineParams {
   bool causal;
   const int32_t* seqlens;
   SplitTableView splits;
-  const int32_t* split_requests;  // requests with num_splits > 1
+  // Requests with num_splits > 1: the first num_wide_requests have more than
+  // kCombineNarrowSplits splits (a block per row and column quarter, warps striding over
+  // splits); the rest are narrow (a warp per row and column quarter).
+  const int32_t* split_requests;
   int num_split_requests;
+  int num_wide_requests;
   const int32_t* zero_fill;       // entries (q tile, batch, 0)
   int num_zero_fill;
   const float* partial_o;         // [slots, rows, 512], O / l per split
@@ -25,6 +29,8 @@ struct CombineParams {
   void* out;                      // bf16 [batch, rows, 512]
   float* lse;                     // [batch, rows], natural log
 };
+
+constexpr int kCombineNarrowSplits = 16;
 
 // Launches nothing when there is nothing to merge or fill.
 void launch_combine(const CombineParams& p, cudaStream_t stream);

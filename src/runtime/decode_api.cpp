@@ -76,7 +76,8 @@ struct DevicePlan::Impl {
   DecodeConfig config;
   PlanOptions options;
   HostPlan host;
-  std::vector<int32_t> split_requests;
+  std::vector<int32_t> split_requests;  // wide (> kCombineNarrowSplits splits) first, then narrow
+  int num_wide_requests = 0;
   int32_t* device = nullptr;  // one allocation holding every array below
   const int32_t* work_list = nullptr;
   SplitTableView splits{};
@@ -128,7 +129,11 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   }
   const HostPlan& h = impl->host;
   for (int b = 0; b < shape.batch; ++b) {
-    if (h.num_splits[b] > 1) impl->split_requests.push_back(b);
+    if (h.num_splits[b] > kCombineNarrowSplits) impl->split_requests.push_back(b);
+  }
+  impl->num_wide_requests = int(impl->split_requests.size());
+  for (int b = 0; b < shape.batch; ++b) {
+    if (h.num_splits[b] > 1 && h.num_splits[b] <= kCombineNarrowSplits) impl->split_requests.push_back(b);
   }
   // Layout: work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests
   const size_t n_wl = h.work_list.size(), B = size_t(shape.batch), n_bounds = h.bounds.size(),
@@ -298,6 +303,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cp.splits = P.splits;
   cp.split_requests = P.split_requests_dev;
   cp.num_split_requests = int(P.split_requests.size());
+  cp.num_wide_requests = P.num_wide_requests;
   cp.zero_fill = P.zero_fill;
   cp.num_zero_fill = int(h.zero_fill.size());
   cp.partial_o = p.partial_o;

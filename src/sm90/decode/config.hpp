@@ -1,7 +1,7 @@
 // Compile-time configuration of the sm_90a bf16 MLA decode kernel (d_qk 576, d_v 512).
 //
 // Roles (384 threads, one CTA per SM):
-//   warpgroup 0  producer: one thread issues every TMA load (Q tile, KV stages)
+//   warpgroup 0  producer: thread 0 streams the KV stages, thread 32 the Q tiles (TMA)
 //   warpgroup 1  consumer 0: S for KV tokens  0..31, O columns   0..255
 //   warpgroup 2  consumer 1: S for KV tokens 32..63, O columns 256..511
 // Each S = Q K^T of a 64-token block is computed once, half by each consumer; the

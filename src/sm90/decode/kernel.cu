@@ -32,7 +32,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     set_max_registers_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       PagedKvLoader64 kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
-      run_producer<Mode>(p, &q_map, kv, smem);
+      run_kv_loader<Mode>(p, kv, smem);
+    } else if (threadIdx.x == 32) {
+      run_q_loader(p, &q_map, smem);
     }
   } else {
     set_max_registers_inc<kConsumerRegs>();

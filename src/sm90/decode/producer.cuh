@@ -32,29 +32,44 @@ struct PagedKvLoader64 {
   }
 };
 
-template <KernelMode Mode>
-__device__ __forceinline__ void run_producer(const DecodeParams& p, const CUtensorMap* q_map,
-                                             const PagedKvLoader64& kv, uint8_t* smem) {
+// Q loader (one thread of warp 1): loads each item's Q tile once the consumers released
+// the previous one. It runs apart from the KV loader so that the next item's KV stages
+// stream in while the consumers still finish the current item.
+__device__ __forceinline__ void run_q_loader(const DecodeParams& p, const CUtensorMap* q_map, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
+  int item_count = 0;
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) continue;
+    Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
+    Mbarrier::arrive_and_expect_tx(q_full, kTileBytes);
+    const int q_row = it.batch * p.rows + it.row_begin;
+#pragma unroll
+    for (int j = 0; j < kQkBoxes; ++j) {
+      tma_load_q_box(q_map, q_full, smem + SmemLayout::q + j * kBoxBytes, j * kBoxCols, q_row);
+    }
+    ++item_count;
+  }
+}
+
+// KV loader (one thread of warp 0): streams every item's KV blocks through the stage ring
+// and reports data errors (seqlens, page indices) to the error word.
+template <KernelMode Mode>
+__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader64& kv, uint8_t* smem) {
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
   volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
   uint32_t errors = 0;
-  int item_count = 0;
   int block_count = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     errors |= it.errors;
     if (!it.run) continue;
-    Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
-    Mbarrier::arrive_and_expect_tx(q_full, kTileBytes);
-    const int q_row = it.batch * p.rows + it.row_begin;
-#pragma unroll
-    for (int j = 0; j < kQkBoxes; ++j) tma_load_q_box(q_map, q_full, smem + SmemLayout::q + j * kBoxBytes, j * kBoxCols, q_row);
-    ++item_count;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
