@@ -172,7 +172,7 @@ Outputs emulate_split_decode(const Problem& p, const Inputs<T>& in, const HostPl
 
   const int rows_per_cta = s.tile_rows / s.cluster_size;
   StaticTileSchedulerParams params(true, p.batch, plan.counts.num_q_tiles, s.cluster_size, 1);
-  const int grid = plan.counts.num_clusters * s.cluster_size;
+  const int grid = plan.counts.num_active_clusters * s.cluster_size;
   std::vector<double> o_tmp(size_t(p.heads) * p.d_v), lse_tmp(p.heads);
   for (int cta = 0; cta < grid; ++cta) {
     WorkListTileScheduler sched(params, plan.work_list.data(), cta, grid);

@@ -97,6 +97,7 @@ nlohmann::json to_json(const PlanReport& r) {
                      {"per_item", r.shape.cost.per_item},
                      {"per_split", r.shape.cost.per_split}};
   j["work_list_len"] = r.plan.counts.work_list_len;
+  j["active_slots"] = r.plan.counts.num_active_clusters;
   j["num_items"] = r.plan.counts.num_items;
   j["num_partial_slots"] = r.plan.counts.num_slots;
   j["workspace_bytes"] = r.plan.workspace_bytes(512);
@@ -117,9 +118,10 @@ nlohmann::json to_json(const PlanReport& r) {
 
 void print_report(const PlanReport& r) {
   const auto& c = r.plan.counts;
-  fmt::print("{}: batch {}, q_len {}, heads {}, {}; q tile {} rows (cluster {}), {} CTAs = {} cluster slots\n",
+  fmt::print("{}: batch {}, q_len {}, heads {}, {}; q tile {} rows (cluster {}), {} CTAs = {} cluster slots ({} with "
+             "work)\n",
              r.name, r.shape.batch, r.shape.q_len, r.shape.heads, r.shape.causal ? "causal" : "not causal",
-             r.shape.tile_rows, r.shape.cluster_size, r.shape.num_ctas, c.num_clusters);
+             r.shape.tile_rows, r.shape.cluster_size, r.shape.num_ctas, c.num_clusters, c.num_active_clusters);
   fmt::print("work list: {} entries ({} items, at most {} per slot); {} partial slots; workspace {} bytes; "
              "host plan {:.1f} us\n",
              c.work_list_len, c.num_items, c.max_items_per_cluster, c.num_slots, r.plan.workspace_bytes(512),

@@ -19,10 +19,11 @@
 // B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots.
 //
 // Work-list form. We use the seed's walk with the wider column form: slot g's items sit
-// at entries g, g + G, g + 2G, ... followed by one negative entry; the list length is
-// G * (max items per slot + 1) and every entry past a column's items is negative. So a
-// CTA stops at the end of its own column, and one slot may take several short requests
-// while another takes one long slice.
+// at entries g, g + A, g + 2A, ... followed by one negative entry, A being the slots that
+// hold work (slots fill in order, so they are 0..A-1 and the decode launches A clusters);
+// the list length is A * (max items per slot + 1) and every entry past a column's items
+// is negative. So a CTA stops at the end of its own column, and one slot may take several
+// short requests while another takes one long slice.
 #pragma once
 
 #include <climits>
@@ -33,18 +34,19 @@
 
 namespace kbmla {
 
-// Cost units are nanoseconds of one CTA (cluster) of an H200 at full HBM bandwidth.
-// Placeholders until issue 3 calibrates them on the GPU:
-//   per_kv_block: 64 tokens x 1152 B = 73.7 KB; 4.3 TB/s shared by 132 SMs gives ~32 GB/s
-//                 per SM, so ~2300 ns.
-//   per_item:     Q tile load (72 KiB), pipeline fill and epilogue, ~1.5 blocks' worth.
-//   per_split:    partial O write (64 x 512 fp32 = 128 KiB) and its combine read.
+// Cost units are nanoseconds of one CTA (cluster) of an H200 with every SM streaming.
+//   per_kv_block: measured (bench --spike, load-only kernel, 2026-11-29): 2.38 us per
+//                 64-token bf16 block per CTA with 132 CTAs streaming (73.7 KB each).
+//   per_item:     Q tile load (72 KiB) and epilogue not hidden behind the stream; estimated
+//                 at ~1.3 blocks' worth (the item boundary drains part of the pipeline).
+//   per_split:    partial O write (up to 64 x 512 fp32 = 128 KiB) and its combine read;
+//                 ~1 block's worth. Both to be refined from per-CTA busy intervals (issue 4).
 struct CostModel {
   int64_t per_kv_block;
   int64_t per_item;
   int64_t per_split;
 };
-inline constexpr CostModel kDefaultCostModel{2300, 3000, 2500};
+inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 
 struct PlanShape {
   int batch = 1;
@@ -68,11 +70,13 @@ enum PlanStatus : int {
 struct PlanCounts {
   int status = kPlanOk;
   int bad_index = -1;          // the request that caused a status other than kPlanOk
-  int num_clusters = 0;        // G
+  int num_clusters = 0;        // G, the cluster slots of the CTA budget
+  int num_active_clusters = 0; // slots that hold work: the decode launches these only, and
+                               // the work list's column stride is this count
   int num_q_tiles = 0;         // T
   int64_t cap = 0;             // the per-slot cost limit the fill used
   int max_items_per_cluster = 0;
-  int work_list_len = 0;       // G * (max_items_per_cluster + 1)
+  int work_list_len = 0;       // active slots * (max_items_per_cluster + 1)
   int num_items = 0;
   int num_pieces = 0;          // sum of num_splits
   int num_bounds = 0;          // sum of (num_splits + 1) over requests with work
@@ -203,6 +207,7 @@ struct CountSink {
       current_cluster = cluster;
       items_in_cluster = 0;
     }
+    if (cluster + 1 > counts->num_active_clusters) counts->num_active_clusters = cluster + 1;
     items_in_cluster += r.tiles;
     counts->num_items += r.tiles;
     if (items_in_cluster > counts->max_items_per_cluster) counts->max_items_per_cluster = items_in_cluster;
@@ -232,7 +237,7 @@ struct WriteSink {
       items_in_cluster = 0;
     }
     for (int t = r.first_tile; t < counts->num_q_tiles; ++t) {
-      out->work_list[cluster + items_in_cluster * counts->num_clusters] = make_work_entry(t, b, p->batch, split);
+      out->work_list[cluster + items_in_cluster * counts->num_active_clusters] = make_work_entry(t, b, p->batch, split);
       ++items_in_cluster;
     }
     if (split == 0) out->bounds_offset[b] = bounds_used;
@@ -299,7 +304,7 @@ KBMLA_HD_NOINLINE inline PlanCounts plan_measure(const PlanShape& p, const int32
   counts.cap = high;
   CountSink count_sink(&counts);
   fill(p, seqlens, counts.num_q_tiles, G, high, count_sink);
-  const int64_t len = int64_t{G} * (counts.max_items_per_cluster + 1);
+  const int64_t len = int64_t{counts.num_active_clusters} * (counts.max_items_per_cluster + 1);
   if (len > INT32_MAX) {
     counts.status = kPlanListTooLong;
     return counts;

@@ -267,7 +267,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     case Policy::kWorkList:
       p.policy = sm90::KernelPolicy::kWorkList;
       p.sched = StaticTileSchedulerParams(true, B, p.num_q_tiles, p.cluster_size, 1);
-      grid = dim3(clusters * p.cluster_size);
+      grid = dim3(h.counts.num_active_clusters * p.cluster_size);
       break;
     case Policy::kStatic:
       p.policy = sm90::KernelPolicy::kStatic;

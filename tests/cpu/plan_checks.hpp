@@ -49,14 +49,19 @@ inline std::string plan_violation(const PlanShape& s, std::span<const int32_t> s
   const int G = s.num_ctas / s.cluster_size;
   const auto& c = plan.counts;
   if (c.num_q_tiles != tiles || c.num_clusters != G) return "counts disagree with the shape";
-  if (plan.work_list.size() != size_t(G) * (c.max_items_per_cluster + 1)) return "work list length";
+  const int A = c.num_active_clusters;
+  if (A > G) return "more active slots than slots";
+  if (plan.work_list.size() != size_t(A) * (c.max_items_per_cluster + 1)) return "work list length";
+  for (int g = A; g < G; ++g) {
+    if (plan.cluster_cost[g] != 0) return concat("slot ", g, " past the active ones has cost");
+  }
 
   // Walk the list exactly as the seed's scheduler does, for every CTA of the grid.
   struct Item { int begin, end; };
   std::vector<std::vector<Item>> by_tile_request(size_t(tiles) * B);
   std::vector<int64_t> walked_cost(G, 0);
   StaticTileSchedulerParams params(true, B, tiles, s.cluster_size, 1);
-  const int grid = G * s.cluster_size;
+  const int grid = A * s.cluster_size;
   int items = 0;
   for (int cta = 0; cta < grid; ++cta) {
     WorkListTileScheduler sched(params, plan.work_list.data(), cta, grid);

@@ -234,7 +234,7 @@ TEST(SplitEmulation, ADroppedWorkItemLeavesNaNThatTheComparisonCatches) {
   Outputs expect = reference_decode(r.problem, r.inputs());
   // Drop the last item of slot 0's column: its rows are never written.
   int last = -1;
-  for (size_t i = 0; i < plan.work_list.size(); i += plan.counts.num_clusters) {
+  for (size_t i = 0; i < plan.work_list.size(); i += plan.counts.num_active_clusters) {
     if (plan.work_list[i] < 0) break;
     last = int(i);
   }
