@@ -29,6 +29,7 @@ struct PlanOptions {
   int cluster = 0;  // 0: sm90 rule (2 above 64 rows)
   bool no_causal = false;
   bool json = false;
+  CostModel cost = kDefaultCostModel;
 };
 
 struct PolicyReport {
@@ -146,6 +147,7 @@ PlanShape shape_for(int batch, int q_len, int heads, const PlanOptions& o) {
   s.cluster_size = o.cluster > 0 ? o.cluster : sm90_cluster_size(heads, q_len);
   s.tile_rows = kSm90RowsPerCta * s.cluster_size;
   s.num_ctas = o.sms;
+  s.cost = o.cost;
   return s;
 }
 
@@ -192,6 +194,12 @@ Action add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1, 16));
   cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->add_option("--cost-block", o->cost.per_kv_block, "Cost model: ns per 64-token KV block per CTA")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  cmd->add_option("--cost-item", o->cost.per_item, "Cost model: ns per work item")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  cmd->add_option("--cost-split", o->cost.per_split, "Cost model: extra ns per item of a split request")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
   return [o] { return run_plan(*o); };
 }
 
