@@ -17,8 +17,10 @@ for t in $tiers; do
            grep -E "FAILED|PASSED|Failure" "$out/sweep.log" | head -20 ;;
     sanitizer) timeout -s KILL 300 tests/gpu/run_sanitizer.sh build/tests/kbmla_gpu_tests > "$out/sanitizer.log" 2>&1 || status=1
                grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tail -3 ;;
-    bench) timeout -s KILL 500 build/kbmla bench --case all --commit "$commit" --json "$out/bench.json" ${BENCH_ARGS:-} > "$out/bench.log" 2>&1 || status=1
-           cat "$out/bench.log" ;;
+    bench) for r in $(seq 1 "${BENCH_REPEATS:-1}"); do
+             timeout -s KILL 500 build/kbmla bench --case all --commit "$commit" --json "$out/bench-$r.json" ${BENCH_ARGS:-} > "$out/bench-$r.log" 2>&1 || status=1
+             cat "$out/bench-$r.log"
+           done ;;
     ncu) # Kernel durations (decode and combine separately) for the cases in NCU_CASES.
          for c in ${NCU_CASES:-uniform_B128_Sq1_H16}; do for pol in worklist static; do
            timeout -s KILL 120 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:'mla_decode|combine' \
