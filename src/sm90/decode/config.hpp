@@ -2,11 +2,13 @@
 //
 // Roles (384 threads, one CTA per SM):
 //   warpgroup 0  producer: thread 0 streams the KV stages, thread 32 the Q tiles (TMA)
-//   warpgroup 1  consumer 0: S for KV tokens  0..31, O columns   0..255
-//   warpgroup 2  consumer 1: S for KV tokens 32..63, O columns 256..511
-// Each S = Q K^T of a 64-token block is computed once, half by each consumer; the
-// consumers exchange row maxima and write their halves of P to shared memory, and each
-// then multiplies the whole P (64 x 64) by its 256 columns of V.
+//   warpgroup 1  consumer 0: S = Q K^T of the block (64 x 64), online softmax, P and the
+//                per-row rescale factors to shared memory; O columns 0..255
+//   warpgroup 2  consumer 1: O columns 256..511 from the shared P and factors
+// S is computed once, by one warpgroup with N = 64, so Q is read from shared memory once
+// per block: 144 KB of operand traffic per block instead of 216 KB when each warpgroup
+// computed half of the tokens (each then needed all of Q). Shared-memory bandwidth
+// (128 B/clk) was the largest cost of the math loop (bench/NOTES.md, v3).
 //
 // Shared memory (bytes; every tile 1024-aligned for the 128-byte swizzle):
 //   Q        9 x [64 rows][64 cols] bf16 = 73,728   (one 8 KiB box per 64 of d_qk)
@@ -16,9 +18,9 @@
 // = 230,5xx bytes of the 232,448 an sm_90 CTA may have. Two stages is all that fits with
 // a resident Q; deeper pipelines need smaller stages (issue 4 notes).
 //
-// Registers: a consumer thread holds O 64 x 256 fp32 over 128 threads = 128 registers,
-// S 64 x 32 fp32 = 16, row statistics 4. setmaxnreg gives consumers 232 and the producer
-// 40: 128 x 40 + 256 x 232 = 64,512 <= 65,536.
+// Registers: a consumer thread holds O 64 x 256 fp32 over 128 threads = 128 registers;
+// consumer 0 also S 64 x 64 fp32 = 32 and the row statistics. setmaxnreg gives consumers
+// 224 and the producer 56 (its TMA issue spilled at 40): 128 x 56 + 256 x 224 = 64,512.
 #pragma once
 
 #include <cstdint>
@@ -34,10 +36,9 @@ constexpr int kQkBoxes = kDqk / kBoxCols;  // 9
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr int kConsumerThreads = 256;
-constexpr int kTokensPerConsumer = kBlockTokens / 2;  // 32: the N of each consumer's S wgmma
 constexpr int kColsPerConsumer = kDv / 2;             // 256: the N of each consumer's PV wgmma
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+constexpr int kProducerRegs = 56;
+constexpr int kConsumerRegs = 224;
 
 constexpr uint32_t kBoxBytes = kRowsPerCta * kBoxCols * 2;   // 8192
 constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;        // 73,728 (Q tile or KV stage)
@@ -51,9 +52,9 @@ struct SmemLayout {
   // q_full, q_empty, full[kStages], empty[kStages]
   static constexpr uint32_t num_barriers = 2 + 2 * kStages;
   static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;   // int32[kStages]
-  static constexpr uint32_t row_max = stage_flags + 4 * kStages;         // float[2][64]
-  static constexpr uint32_t row_sum = row_max + 4 * 2 * kRowsPerCta;     // float[2 parity][2][64]
-  static constexpr uint32_t end = row_sum + 4 * 2 * 2 * kRowsPerCta;
+  static constexpr uint32_t row_scale = stage_flags + 4 * kStages;       // float[64]: O rescale of the block
+  static constexpr uint32_t row_stats = row_scale + 4 * kRowsPerCta;     // float2[2 parity][64]: (max, sum)
+  static constexpr uint32_t end = row_stats + 8 * 2 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;  // slack to align the base to 1024
 };
 static_assert(SmemLayout::kv % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzled tiles need 1024-byte alignment");
@@ -61,8 +62,8 @@ static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit p
 static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536, "register budget");
 
 // Named barriers (0 is __syncthreads): consumers only, 256 threads.
-constexpr uint32_t kBarRowMax = 1;
-constexpr uint32_t kBarP = 2;
-constexpr uint32_t kBarRowSum = 3;
+constexpr uint32_t kBarP = 1;        // P and row_scale of the block are written
+constexpr uint32_t kBarPFree = 2;    // consumer 1 finished reading P and row_scale (arrive/sync)
+constexpr uint32_t kBarRowStats = 3; // the item's row statistics are written
 
 }  // namespace kbmla::sm90

@@ -1,7 +1,8 @@
-// Consumer role (two warpgroups): S = Q K^T for this warpgroup's 32 tokens of the block,
-// online softmax in the log2 domain with the row maxima exchanged between the two
-// warpgroups (both then hold identical maxima, so each keeps only its own partial row
-// sums), P to shared memory, and O += P V for this warpgroup's 256 columns.
+// Consumer roles. Consumer 0 computes S = Q K^T of each 64-token block (N = 64, Q read
+// once), the online softmax in the log2 domain, and hands consumer 1 the block's P (bf16,
+// shared memory) and the per-row factor by which to rescale O; both then add P V for
+// their 256 columns of V. Consumer 0 owns the row statistics (max, sum) and publishes
+// them at the end of an item for consumer 1's epilogue.
 //
 // Accumulator fragments (wgmma m64nN, fp32): warp w of the warpgroup owns rows
 // 16w..16w+15; lane l holds rows r0 = 16w + l/4 and r1 = r0 + 8, columns
@@ -32,19 +33,24 @@ __device__ __forceinline__ float quad_sum(float x) {
 }
 
 // Rows of tokens at or past the request's seqlen may hold anything (NaN in the tests):
-// P is 0 there, but 0 x NaN is NaN, so this warpgroup zeroes its V columns of those rows.
-// Called only after both warpgroups finished reading the stage as K.
-__device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, int wg, int tid) {
-  const int chunks = (kBlockTokens - first_row) * 4 * 8;  // rows x boxes x 16-byte chunks
+// P is 0 there, but 0 x NaN is NaN, so consumer 0 zeroes the V columns (boxes 0..7) of
+// those rows once its S of the stage is complete, before either PV reads them.
+__device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, int tid) {
+  constexpr int kVBoxes = kDv / kBoxCols;
+  const int chunks = (kBlockTokens - first_row) * kVBoxes * 8;  // rows x boxes x 16-byte chunks
   for (int idx = tid; idx < chunks; idx += 128) {
-    const int row = first_row + idx / 32;
-    const int box = 4 * wg + (idx / 8) % 4;
+    const int row = first_row + idx / (kVBoxes * 8);
+    const int box = (idx / 8) % kVBoxes;
     *reinterpret_cast<uint4*>(stage + box * kBoxBytes + row * 128 + (idx % 8) * 16) = make_uint4(0, 0, 0, 0);
   }
 }
 
-template <KernelMode Mode>
-__device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* smem, int wg) {
+// kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns
+// 256..511). Two instantiations, so each role's wgmma sequence is straight-line code
+// (a role test around wgmma makes ptxas serialise them, warning C7520).
+template <KernelMode Mode, bool kSoftmaxOwner>
+__device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* smem) {
+  constexpr int wg = kSoftmaxOwner ? 0 : 1;
   const int tid = threadIdx.x - 128 * (wg + 1);
   const int warp = tid / 32, lane = tid % 32;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
@@ -55,13 +61,14 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);  // [wg][64]
-  float* row_sum = reinterpret_cast<float*>(smem + SmemLayout::row_sum);  // [parity][wg][64]
+  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);    // [64]
+  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][64]
   uint8_t* p_tile = smem + SmemLayout::p;
   const uint32_t q_addr = smem_addr(smem + SmemLayout::q);
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t p_addr = smem_addr(p_tile);
   const float neg_inf = -__int_as_float(0x7f800000);
+  constexpr bool softmax_owner = kSoftmaxOwner;
 
   int item_count = 0;
   int block_count = 0;
@@ -71,12 +78,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
     if (!it.run) continue;
     const int vis0 = visible_keys(p, it.seqlen, it.row_begin + r0);
     const int vis1 = visible_keys(p, it.seqlen, it.row_begin + r1);
-    Mbarrier::wait(q_full, item_count & 1);
+    if constexpr (softmax_owner) Mbarrier::wait(q_full, item_count & 1);
 
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
+    float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;  // consumer 0 only
     bool bad = false;
 
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
@@ -88,53 +95,70 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         Mbarrier::arrive(empty + stage);
         continue;
       }
-
-      // S (64 x 32) = Q (64 x 576) K[32 wg .. 32 wg + 31]^T, 36 k-steps of 16.
-      float s[16];
-      wgmma_fence();
+      float alpha0, alpha1;
+      if constexpr (softmax_owner) {
+        // S (64 x 64) = Q (64 x 576) K^T, 36 k-steps of 16.
+        float s[32];
+        wgmma_fence();
 #pragma unroll
-      for (int k = 0; k < kDqk / 16; ++k) {
-        const uint32_t box = (k / 4) * kBoxBytes, step = (k % 4) * 32;
-        wgmma_qk(desc_k_major(q_addr + box + step), desc_k_major(stage_addr + box + wg * 4096 + step), s, k > 0);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(s);
-
-      // Mask (causal and seqlen tail) and scale into the log2 domain.
-      const int key0 = blk * kBlockTokens + wg * kTokensPerConsumer + col_pair;
-      float mx0 = neg_inf, mx1 = neg_inf;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = key0 + 8 * i + e;
-          s[4 * i + e] = key < vis0 ? s[4 * i + e] * p.scale_log2 : neg_inf;
-          s[4 * i + 2 + e] = key < vis1 ? s[4 * i + 2 + e] * p.scale_log2 : neg_inf;
-          mx0 = fmaxf(mx0, s[4 * i + e]);
-          mx1 = fmaxf(mx1, s[4 * i + 2 + e]);
+        for (int k = 0; k < kDqk / 16; ++k) {
+          const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
+          wgmma_qk(desc_k_major(q_addr + off), desc_k_major(stage_addr + off), s, k > 0);
         }
-      }
-      mx0 = quad_max(mx0);
-      mx1 = quad_max(mx1);
-      if (lane % 4 == 0) {
-        row_max[wg * kRowsPerCta + r0] = mx0;
-        row_max[wg * kRowsPerCta + r1] = mx1;
-      }
-      named_sync(kBarRowMax, kConsumerThreads);
-      const float new0 = fmaxf(m0, fmaxf(row_max[r0], row_max[kRowsPerCta + r0]));
-      const float new1 = fmaxf(m1, fmaxf(row_max[r1], row_max[kRowsPerCta + r1]));
-      const int tail_row = it.seqlen - blk * kBlockTokens;
-      if (tail_row < kBlockTokens) zero_tail_rows(smem + SmemLayout::kv + stage * kTileBytes, tail_row, wg, tid);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(s);
 
-      // A row that has seen no key keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
-      const float base0 = new0 == neg_inf ? 0.f : new0;
-      const float base1 = new1 == neg_inf ? 0.f : new1;
-      const float alpha0 = fast_exp2(m0 - base0), alpha1 = fast_exp2(m1 - base1);
-      m0 = new0;
-      m1 = new1;
-      l0 *= alpha0;
-      l1 *= alpha1;
+        // Mask (causal and seqlen tail), scale into the log2 domain, row maxima.
+        const int key0 = blk * kBlockTokens + col_pair;
+        float mx0 = neg_inf, mx1 = neg_inf;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int key = key0 + 8 * i + e;
+            s[4 * i + e] = key < vis0 ? s[4 * i + e] * p.scale_log2 : neg_inf;
+            s[4 * i + 2 + e] = key < vis1 ? s[4 * i + 2 + e] * p.scale_log2 : neg_inf;
+            mx0 = fmaxf(mx0, s[4 * i + e]);
+            mx1 = fmaxf(mx1, s[4 * i + 2 + e]);
+          }
+        }
+        const float new0 = fmaxf(m0, quad_max(mx0)), new1 = fmaxf(m1, quad_max(mx1));
+        // A row that has seen no key keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
+        const float base0 = new0 == neg_inf ? 0.f : new0;
+        const float base1 = new1 == neg_inf ? 0.f : new1;
+        alpha0 = fast_exp2(m0 - base0);
+        alpha1 = fast_exp2(m1 - base1);
+        m0 = new0;
+        m1 = new1;
+        const int tail_row = it.seqlen - blk * kBlockTokens;
+        if (tail_row < kBlockTokens) zero_tail_rows(smem + SmemLayout::kv + stage * kTileBytes, tail_row, tid);
+        // Consumer 1 must be done with the previous block's P and factors.
+        if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
+        float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const float p00 = fast_exp2(s[4 * i + 0] - base0), p01 = fast_exp2(s[4 * i + 1] - base0);
+          const float p10 = fast_exp2(s[4 * i + 2] - base1), p11 = fast_exp2(s[4 * i + 3] - base1);
+          sum0 += p00 + p01;
+          sum1 += p10 + p11;
+          const int col = 8 * i + col_pair;
+          *reinterpret_cast<__nv_bfloat162*>(p_tile + swizzled_offset(r0, col)) = __floats2bfloat162_rn(p00, p01);
+          *reinterpret_cast<__nv_bfloat162*>(p_tile + swizzled_offset(r1, col)) = __floats2bfloat162_rn(p10, p11);
+        }
+        l0 = l0 * alpha0 + sum0;  // per-thread partial: its 16 columns of every block
+        l1 = l1 * alpha1 + sum1;
+        if (lane % 4 == 0) {
+          row_scale[r0] = alpha0;
+          row_scale[r1] = alpha1;
+        }
+        fence_view_async_shared();
+        named_sync(kBarP, kConsumerThreads);
+      } else {
+        named_sync(kBarP, kConsumerThreads);
+        alpha0 = row_scale[r0];
+        alpha1 = row_scale[r1];
+      }
 #pragma unroll
       for (int i = 0; i < 32; ++i) {
         o[4 * i + 0] *= alpha0;
@@ -142,19 +166,6 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         o[4 * i + 2] *= alpha1;
         o[4 * i + 3] *= alpha1;
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float p00 = fast_exp2(s[4 * i + 0] - base0), p01 = fast_exp2(s[4 * i + 1] - base0);
-        const float p10 = fast_exp2(s[4 * i + 2] - base1), p11 = fast_exp2(s[4 * i + 3] - base1);
-        l0 += p00 + p01;
-        l1 += p10 + p11;
-        const int col = wg * kTokensPerConsumer + 8 * i + col_pair;
-        *reinterpret_cast<__nv_bfloat162*>(p_tile + swizzled_offset(r0, col)) = __floats2bfloat162_rn(p00, p01);
-        *reinterpret_cast<__nv_bfloat162*>(p_tile + swizzled_offset(r1, col)) = __floats2bfloat162_rn(p10, p11);
-      }
-      fence_view_async_shared();
-      named_sync(kBarP, kConsumerThreads);
-
       // O (64 x 256) += P (64 x 64) V[:, 256 wg .. 256 wg + 255], 4 k-steps of 16 tokens.
       wgmma_fence();
       fence_accumulators(o);
@@ -165,24 +176,30 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(o);
+      if constexpr (!softmax_owner) named_arrive(kBarPFree, kConsumerThreads);
       Mbarrier::arrive(empty + stage);
     }
     Mbarrier::arrive(q_empty);
     ++item_count;
 
-    // Row sums: each warpgroup summed its own 32 columns of every block; add the halves.
-    l0 = quad_sum(l0);
-    l1 = quad_sum(l1);
-    float* sums = row_sum + (item_count & 1) * 2 * kRowsPerCta;
-    if (lane % 4 == 0) {
-      sums[wg * kRowsPerCta + r0] = l0;
-      sums[wg * kRowsPerCta + r1] = l1;
+    // Row statistics: consumer 0 reduces its quads' partial sums and publishes (max, sum).
+    float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
+    if constexpr (softmax_owner) {
+      l0 = quad_sum(l0);
+      l1 = quad_sum(l1);
+      if (lane % 4 == 0) {
+        stats[r0] = make_float2(m0, l0);
+        stats[r1] = make_float2(m1, l1);
+      }
     }
-    named_sync(kBarRowSum, kConsumerThreads);
-    const float sum0 = sums[r0] + sums[kRowsPerCta + r0];
-    const float sum1 = sums[r1] + sums[kRowsPerCta + r1];
-    write_item_output(p, it, wg, lane, r0, m0, sum0, bad, o, 0);
-    write_item_output(p, it, wg, lane, r1, m1, sum1, bad, o, 2);
+    named_sync(kBarRowStats, kConsumerThreads);
+    const float2 st0 = stats[r0], st1 = stats[r1];
+    write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
+    write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
+  }
+  // Consume consumer 1's arrival after the last block, so no barrier is left half-done.
+  if constexpr (Mode != KernelMode::kLoadOnly) {
+    if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
   }
 }
 

@@ -36,9 +36,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else if (threadIdx.x == 32) {
       run_q_loader(p, &q_map, smem);
     }
+  } else if (wg == 1) {
+    set_max_registers_inc<kConsumerRegs>();
+    run_consumer<Mode, true>(p, smem);
   } else {
     set_max_registers_inc<kConsumerRegs>();
-    run_consumer<Mode>(p, smem, wg - 1);
+    run_consumer<Mode, false>(p, smem);
   }
 }
 

@@ -25,6 +25,9 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Generic-proxy shared-memory writes (P, zeroed V rows) before wgmma reads them.
 __device__ __forceinline__ void fence_view_async_shared() {
@@ -73,10 +76,10 @@ __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[
   Atom::fma(da, db, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
 }
 
-// S (64 x 32) += Q (K-major) x K^T (K-major): 16 fp32 per thread.
-__device__ __forceinline__ void wgmma_qk(uint64_t da, uint64_t db, float (&d)[16], bool accumulate) {
-  using Atom = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
-  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<16>{});
+// S (64 x 64) += Q (K-major) x K^T (K-major): 32 fp32 per thread.
+__device__ __forceinline__ void wgmma_qk(uint64_t da, uint64_t db, float (&d)[32], bool accumulate) {
+  using Atom = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<32>{});
 }
 
 // O (64 x 256) += P (K-major) x V (MN-major): 128 fp32 per thread.
