@@ -52,6 +52,7 @@ int run_demo(const DemoOptions& o) {
   shape.cluster_size = sm90_cluster_size(problem.heads, problem.q_len);
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.num_ctas = o.sms;
+  shape.cost = sm90_bf16_cost_model(std::min(problem.heads * problem.q_len, kSm90RowsPerCta));
 
   fmt::print("batch {}: heads {}, q_len {}, seqlens", problem.batch, problem.heads, problem.q_len);
   for (int32_t s : seqlens) fmt::print(" {}", s);

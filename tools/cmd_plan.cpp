@@ -30,6 +30,7 @@ struct PlanOptions {
   bool no_causal = false;
   bool json = false;
   CostModel cost = kDefaultCostModel;
+  bool cost_given = false;
 };
 
 struct PolicyReport {
@@ -147,7 +148,8 @@ PlanShape shape_for(int batch, int q_len, int heads, const PlanOptions& o) {
   s.cluster_size = o.cluster > 0 ? o.cluster : sm90_cluster_size(heads, q_len);
   s.tile_rows = kSm90RowsPerCta * s.cluster_size;
   s.num_ctas = o.sms;
-  s.cost = o.cost;
+  // The decode's own model unless the cost flags override it.
+  s.cost = o.cost_given ? o.cost : sm90_bf16_cost_model(std::min(heads * q_len, kSm90RowsPerCta));
   return s;
 }
 
@@ -200,7 +202,10 @@ Action add_plan_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
   cmd->add_option("--cost-split", o->cost.per_split, "Cost model: extra ns per item of a split request")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
-  return [o] { return run_plan(*o); };
+  return [o, cmd] {
+    o->cost_given = cmd->count("--cost-block") + cmd->count("--cost-item") + cmd->count("--cost-split") > 0;
+    return run_plan(*o);
+  };
 }
 
 }  // namespace kbmla::tools

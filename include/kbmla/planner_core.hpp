@@ -48,6 +48,17 @@ struct CostModel {
 };
 inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 
+// The sm_90 bf16 kernel's model for a q tile of `rows_per_cta` valid rows (at most 64):
+// a split item writes rows x 512 fp32 of partial O that its CTA must issue before its
+// next item (2 KiB per row at the ~32 GB/s per-SM share of HBM: ~64 ns), and the combine
+// reads them back; measured on lognormal_H64_Sq1, where 64-row partials cost ~10 points
+// of copy bandwidth against the 16-row case with the same plan (bench/NOTES.md, v4).
+KBMLA_HD CostModel sm90_bf16_cost_model(int rows_per_cta) {
+  CostModel c = kDefaultCostModel;
+  c.per_split = 1000 + 64 * int64_t{rows_per_cta < 64 ? rows_per_cta : 64};
+  return c;
+}
+
 struct PlanShape {
   int batch = 1;
   int q_len = 1;

@@ -105,6 +105,9 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float weights[kMaxSplitsPerRequest];
   __shared__ float scratch[kWarps];
   __shared__ float4 partial_sums[kWarps][32];
+  // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
+  // writes) here, so that this kernel's launch overlaps the decode's tail.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (int(blockIdx.x) >= wide_blocks && int(blockIdx.x) < narrow_end) {
     const int task = (blockIdx.x - wide_blocks) * kWarps + warp;
@@ -168,8 +171,16 @@ void launch_combine(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = narrow_end + p.num_zero_fill;
   if (blocks == 0) return;
   require(blocks < (int64_t{1} << 31), "combine: ", blocks, " blocks exceed the grid limit");
-  combine_kernel<<<unsigned(blocks), kThreads, 0, stream>>>(p, int(wide_blocks), int(narrow_end));
-  const cudaError_t err = cudaGetLastError();
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(blocks));
+  config.blockDim = dim3(kThreads);
+  config.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel, p, int(wide_blocks), int(narrow_end));
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }
 

@@ -118,6 +118,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.kv_block = sm90::kBlockTokens;
   shape.num_ctas = impl->options.num_ctas;
+  shape.cost = sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
   if (options.policy == Policy::kWorkList) {
     impl->host = make_host_plan(shape, seqlens);
   } else {

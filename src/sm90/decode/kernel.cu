@@ -27,6 +27,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
+  // The combine (a programmatic dependent) may launch now; it waits for this grid's
+  // completion before reading anything, so this only hides its launch latency.
+  asm volatile("griddepcontrol.launch_dependents;");
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
