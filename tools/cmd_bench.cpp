@@ -44,6 +44,8 @@ struct BenchOptions {
   int warmup = 10;
   int sms = 0;
   bool spike = false;
+  bool balance = false;
+  CostModel cost{0, 0, 0};  // zeros: the decode's default model
 };
 
 struct DeviceBuffer {
@@ -97,6 +99,8 @@ struct Measurement {
   int split_kv = 0;
   double median_us = 0, rotated_us = 0, plan_us = 0;
   bool output_finite = false;
+  double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
+  double busy_max_us = 0, busy_mean_us = 0;
 };
 
 }  // namespace
@@ -130,8 +134,9 @@ int run_bench(const BenchOptions& o) {
   for (const auto& n : policies) policy_of(n);
 
   nlohmann::json results = nlohmann::json::array();
-  fmt::print("{:<36} {:<18} {:>5} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8}\n", "case", "policy", "split",
-             "median_us", "plan_us", "GB/s", "%copy", "TFLOP/s", "rotated%", "ref%");
+  fmt::print("{:<36} {:<18} {:>5} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8}{}\n", "case", "policy", "split",
+             "median_us", "plan_us", "GB/s", "%copy", "TFLOP/s", "rotated%", "ref%",
+             o.balance ? "  busy max/mean (max us)" : "");
   int matched = 0;
   for (const BenchCase& bc : cases) {
     if (!o.case_filter.empty() && o.case_filter != "all" && bc.name.find(o.case_filter) == std::string::npos) continue;
@@ -191,6 +196,13 @@ int run_bench(const BenchOptions& o) {
       opt.policy = policy;
       opt.num_ctas = sms;
       opt.static_splits = splits;
+      if (o.cost.per_kv_block > 0 || o.cost.per_item > 0 || o.cost.per_split > 0) {
+        CostModel c = sm90_bf16_cost_model(std::min(bc.heads * bc.q_len, kSm90RowsPerCta));
+        if (o.cost.per_kv_block > 0) c.per_kv_block = o.cost.per_kv_block;
+        if (o.cost.per_item > 0) c.per_item = o.cost.per_item;
+        if (o.cost.per_split > 0) c.per_split = o.cost.per_split;
+        opt.cost = c;
+      }
       auto t0 = std::chrono::steady_clock::now();
       DevicePlan plan = DevicePlan::create(config, d.seqlens, opt);
       m.plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -211,6 +223,30 @@ int run_bench(const BenchOptions& o) {
       if (rotated_too && kv.size() > 1) {
         m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
                                  runs, o.warmup, stream);
+      }
+      if (o.balance && mode == sm90::KernelMode::kFull) {
+        const int ctas = timeline_ctas(plan);
+        DeviceBuffer tl(size_t(ctas) * 32);
+        cuda_check(cudaMemset(tl.ptr, 0, size_t(ctas) * 32), "memset");
+        DecodeArgs b = a;
+        b.timeline = static_cast<unsigned long long*>(tl.ptr);
+        detail::decode_with_mode(plan, kv[0], b, mode);
+        std::vector<unsigned long long> rec(size_t(ctas) * 4);
+        cuda_check(cudaMemcpy(rec.data(), tl.ptr, rec.size() * 8, cudaMemcpyDeviceToHost), "copy");
+        double sum = 0, mx = 0;
+        int n = 0;
+        for (int c = 0; c < ctas; ++c) {
+          if (rec[4 * c + 3] == 0) continue;  // a CTA without items
+          const double busy = double(rec[4 * c + 1] - rec[4 * c]) / 1e3;
+          sum += busy;
+          mx = std::max(mx, busy);
+          ++n;
+        }
+        if (n > 0) {
+          m.busy_mean_us = sum / n;
+          m.busy_max_us = mx;
+          m.busy_max_over_mean = mx / m.busy_mean_us;
+        }
       }
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
@@ -259,7 +295,9 @@ int run_bench(const BenchOptions& o) {
                  best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us, gbps,
                  pct, tflops, best.rotated_us > 0 ? fmt::format("{:.1f}", rot_pct) : "-",
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
-                 best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT");
+                 (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
+                                              : std::string()) +
+                     (best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", "bf16"},
                           {"page_size", 64},          {"median_us", best.median_us}, {"plan_us", best.plan_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
@@ -270,6 +308,11 @@ int run_bench(const BenchOptions& o) {
         r["rotated_copies"] = copies;
       }
       if (bc.reference_pct_of_copy) r["reference_pct_of_copy"] = *bc.reference_pct_of_copy;
+      if (best.busy_max_over_mean > 0) {
+        r["busy_max_over_mean"] = best.busy_max_over_mean;
+        r["busy_max_us"] = best.busy_max_us;
+        r["busy_mean_us"] = best.busy_mean_us;
+      }
       results.push_back(r);
     }
   }
@@ -302,6 +345,11 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--runs", o->runs, "Timed runs per measurement (median)")->check(CLI::Range(50, 100000));
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
   cmd->add_option("--sms", o->sms, "CTA budget (default: every SM)")->check(CLI::Range(0, 4096));
+  cmd->add_flag("--balance", o->balance,
+                "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");
+  cmd->add_option("--cost-block", o->cost.per_kv_block, "Override the planner's ns per KV block");
+  cmd->add_option("--cost-item", o->cost.per_item, "Override the planner's ns per work item");
+  cmd->add_option("--cost-split", o->cost.per_split, "Override the planner's extra ns per split item");
   cmd->add_flag("--spike", o->spike,
                 "Also time the work-list kernel with loads only (consumers just release stages) and with math only "
                 "(no KV loads): the loader's and the math loop's ceilings");

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -43,6 +44,7 @@ struct PlanOptions {
   Policy policy = Policy::kWorkList;
   int num_ctas = 0;       // CTA budget; 0 = every SM of the current device
   int static_splits = 0;  // static policies: split count, 0 = best of a cost-model sweep
+  std::optional<CostModel> cost;  // planner cost model; default: sm90_bf16_cost_model(rows)
 };
 
 // Throws kbmla::Error naming the field and its allowed range.
@@ -102,7 +104,14 @@ struct DecodeArgs {
   size_t workspace_bytes = 0;
   void* stream = nullptr;               // cudaStream_t
   bool debug_sync = false;              // synchronise and throw on a device error word
+  // Optional instrumentation: when non-null, every CTA of the decode writes
+  // {start ns, end ns, SM id, items} (4 x uint64, %globaltimer) at timeline[4 * cta].
+  // Needs 4 x 8 bytes x timeline_ctas(plan); costs two timer reads per CTA.
+  unsigned long long* timeline = nullptr;
 };
+
+// CTAs the decode of this plan launches (the size of DecodeArgs::timeline / 32 bytes).
+int timeline_ctas(const DevicePlan& plan);
 
 void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args);
 

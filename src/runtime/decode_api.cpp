@@ -118,7 +118,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.kv_block = sm90::kBlockTokens;
   shape.num_ctas = impl->options.num_ctas;
-  shape.cost = sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
+  shape.cost = options.cost ? *options.cost : sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
   if (options.policy == Policy::kWorkList) {
     impl->host = make_host_plan(shape, seqlens);
   } else {
@@ -209,6 +209,24 @@ void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
   detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
 }
 
+int timeline_ctas(const DevicePlan& plan) {
+  const DevicePlan::Impl& P = plan.impl();
+  const HostPlan& h = P.host;
+  const int clusters = h.shape.num_ctas / h.shape.cluster_size;
+  switch (P.options.policy) {
+    case Policy::kWorkList:
+      return h.counts.num_active_clusters * h.shape.cluster_size;
+    case Policy::kStatic:
+      return h.shape.cluster_size * h.shape.batch * h.counts.num_q_tiles * P.options.static_splits;
+    case Policy::kStaticPersistent: {
+      StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
+                                  P.options.static_splits);
+      return StaticTileScheduler::grid_shape(s, clusters).x;
+    }
+  }
+  return 0;
+}
+
 void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
                               sm90::KernelMode mode) {
   const DevicePlan::Impl& P = plan.impl();
@@ -260,6 +278,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.partial_o = reinterpret_cast<float*>(ws_base + ws.partial_o_offset);
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
+  p.timeline = a.timeline;
   p.work_list = P.work_list;
   p.splits = P.splits;
   dim3 grid;

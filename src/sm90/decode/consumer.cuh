@@ -72,6 +72,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
 
   int item_count = 0;
   int block_count = 0;
+  const unsigned long long start_ns = kSoftmaxOwner && p.timeline != nullptr ? global_timer_ns() : 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -196,6 +197,13 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
     const float2 st0 = stats[r0], st1 = stats[r1];
     write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
     write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
+  }
+  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) {
+    unsigned long long* rec = p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
+    rec[0] = start_ns;
+    rec[1] = global_timer_ns();
+    rec[2] = sm_id();
+    rec[3] = item_count;
   }
   // Consume consumer 1's arrival after the last block, so no barrier is left half-done.
   if constexpr (Mode != KernelMode::kLoadOnly) {

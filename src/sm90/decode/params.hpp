@@ -40,6 +40,7 @@ struct DecodeParams {
   float* partial_o;
   float* partial_lse;
   uint32_t* error_word;
+  unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA
   // Plan.
   KernelPolicy policy;
   const int32_t* work_list;
