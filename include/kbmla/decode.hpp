@@ -57,12 +57,25 @@ class DevicePlan {
   // (allocates and synchronises: call once per step, outside the per-layer loop).
   static DevicePlan create(const DecodeConfig& config, std::span<const int32_t> seqlens,
                            const PlanOptions& options = {});
+
+  // A plan made on the device (work-list policy): allocates capacity for any seqlens of
+  // `batch` requests once; replan() then plans from seqlens in device memory, in stream
+  // order, with no host synchronisation, so replan + decode can be captured in a CUDA
+  // graph and replayed with new seqlens. Every slot is launched (the grid cannot depend
+  // on the seqlens), and workspace_bytes() is the bound for any seqlens.
+  static DevicePlan create_device_planned(const DecodeConfig& config, int batch, const PlanOptions& options = {});
+  void replan(const int32_t* device_seqlens, void* stream) const;
+  bool device_planned() const;
+  // Device-made plans: synchronises and copies the plan back (arrays trimmed to the
+  // counts the planner left in its header; cluster_cost empty). Host plans: a copy.
+  HostPlan download() const;
+  int device_plan_status() const;  // synchronises; PlanStatus of the last replan
   DevicePlan(DevicePlan&&) noexcept;
   DevicePlan& operator=(DevicePlan&&) noexcept;
   ~DevicePlan();
 
   size_t workspace_bytes() const;
-  const HostPlan& host_plan() const;
+  const HostPlan& host_plan() const;  // host-made plans only (device plans: shape and capacities)
   const DecodeConfig& config() const;
   const PlanOptions& options() const;  // with num_ctas and static_splits resolved
   int batch() const;

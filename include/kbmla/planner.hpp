@@ -40,4 +40,14 @@ HostPlan make_host_plan(const PlanShape& shape, std::span<const int32_t> seqlens
 // cluster slots (every split request's extra pieces come from cuts between slots).
 int64_t max_partial_slots(const PlanShape& shape);
 
+// Capacities that hold the plan of any seqlens at this shape (device planning).
+struct PlanCapacity {
+  int64_t work_list;       // G * (T * B + 1): a slot holds at most one piece of each request
+  int64_t bounds;          // 2B + G - 1: at most B + G - 1 pieces, plus one bound per request
+  int64_t zero_fill;       // T * B
+  int64_t split_requests;  // G - 1: each split request holds at least one cut between slots
+  int64_t partial_slots;   // 2 (G - 1)
+};
+PlanCapacity plan_capacity(const PlanShape& shape);
+
 }  // namespace kbmla

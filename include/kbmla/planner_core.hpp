@@ -69,6 +69,9 @@ struct PlanShape {
   int kv_block = 64;      // tokens per KV block (the planner's unit of splitting)
   int num_ctas = 132;     // CTA budget; G = num_ctas / cluster_size cluster slots
   CostModel cost = kDefaultCostModel;
+  // Launch every slot (work-list column stride G) instead of only those with work. Plans
+  // made on the device use it: their grid is fixed when a CUDA graph is captured.
+  bool fixed_grid = false;
 };
 
 enum PlanStatus : int {
@@ -315,6 +318,7 @@ KBMLA_HD_NOINLINE inline PlanCounts plan_measure(const PlanShape& p, const int32
   counts.cap = high;
   CountSink count_sink(&counts);
   fill(p, seqlens, counts.num_q_tiles, G, high, count_sink);
+  if (p.fixed_grid) counts.num_active_clusters = G;
   const int64_t len = int64_t{counts.num_active_clusters} * (counts.max_items_per_cluster + 1);
   if (len > INT32_MAX) {
     counts.status = kPlanListTooLong;

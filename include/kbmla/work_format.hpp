@@ -54,7 +54,26 @@ enum DeviceErrorBits : uint32_t {
   kErrSeqlenBeyondBlockTable = 1u << 1, // seqlens[b] > max_pages * page_size
   kErrPageIndexOutOfRange = 1u << 2,    // block_table entry outside [0, num_pages)
   kErrPlanMismatch = 1u << 3,           // seqlens differ from those the plan was made for
+  kErrPlanFailed = 1u << 4,             // the device planner rejected the seqlens (negative)
 };
+
+// The combine merges requests with more splits than this with a block per row and column
+// quarter (warps striding over splits), the others with a warp per row and quarter.
+constexpr int kCombineNarrowSplits = 16;
+
+// Counts a device-made plan leaves in device memory for the decode and combine launches,
+// whose grids are sized by capacity (fixed under CUDA-graph capture).
+struct DevicePlanHeader {
+  int32_t status;              // PlanStatus; non-zero: the decode does nothing, sets kErrPlanFailed
+  int32_t bad_index;           // the request that caused it
+  int32_t num_split_requests;  // requests with > 1 split, listed wide first
+  int32_t num_wide_requests;   // of which more than kCombineNarrowSplits splits
+  int32_t num_zero_fill;
+  int32_t num_slots;
+  int32_t num_items;
+  int32_t reserved;
+};
+static_assert(sizeof(DevicePlanHeader) == 32, "header layout is shared by host and device");
 
 constexpr size_t kWorkspaceAlign = 256;
 

@@ -60,10 +60,10 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
 
 // A narrow request (<= 32 splits): one warp merges one (row, column quarter); the lanes
 // hold one split's LSE each, so the weights need warp shuffles only.
-__device__ __forceinline__ void combine_narrow(const CombineParams& p, int task, int lane) {
+__device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_wide, int task, int lane) {
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
-  const int b = p.split_requests[p.num_wide_requests + task / (kQuarters * p.rows)];
+  const int b = p.split_requests[num_wide + task / (kQuarters * p.rows)];
   if (!row_sees_a_key(p, p.seqlens[b], row)) {
     write_empty_quarter(p, b, row, quarter, lane);
     return;
@@ -109,12 +109,18 @@ __global__ void __launch_bounds__(kThreads)
   // writes) here, so that this kernel's launch overlaps the decode's tail.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // Host plans: the grid is exact. Device plans: it is sized by capacity, and the actual
+  // counts come from the plan header; blocks past them exit.
+  const int num_split = p.header ? p.header->num_split_requests : p.num_split_requests;
+  const int num_wide = p.header ? p.header->num_wide_requests : p.num_wide_requests;
+  const int num_zero = p.header ? p.header->num_zero_fill : p.num_zero_fill;
   if (int(blockIdx.x) >= wide_blocks && int(blockIdx.x) < narrow_end) {
     const int task = (blockIdx.x - wide_blocks) * kWarps + warp;
-    if (task < (p.num_split_requests - p.num_wide_requests) * p.rows * kQuarters) combine_narrow(p, task, lane);
+    if (task < (num_split - num_wide) * p.rows * kQuarters) combine_narrow(p, num_wide, task, lane);
     return;
   }
   if (int(blockIdx.x) >= narrow_end) {
+    if (int(blockIdx.x) - narrow_end >= num_zero) return;
     const int entry = p.zero_fill[blockIdx.x - narrow_end];
     const int tile_batch = work_entry_tile_batch(entry);
     const int t = tile_batch / p.batch, b = tile_batch % p.batch;
@@ -126,6 +132,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int quarter = blockIdx.x % kQuarters;
   const int row = (blockIdx.x / kQuarters) % p.rows;
+  if (int(blockIdx.x / (kQuarters * p.rows)) >= num_wide) return;
   const int b = p.split_requests[blockIdx.x / (kQuarters * p.rows)];
   if (!row_sees_a_key(p, p.seqlens[b], row)) {
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);

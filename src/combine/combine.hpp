@@ -22,6 +22,9 @@ struct CombineParams {
   const int32_t* split_requests;
   int num_split_requests;
   int num_wide_requests;
+  // Device-made plans: the counts above are capacities that size the grid, and the actual
+  // counts (split requests, wide ones, zero-fill entries) are read from here.
+  const DevicePlanHeader* header;
   const int32_t* zero_fill;       // entries (q tile, batch, 0)
   int num_zero_fill;
   const float* partial_o;         // [slots, rows, 512], O / l per split
@@ -29,8 +32,6 @@ struct CombineParams {
   void* out;                      // bf16 [batch, rows, 512]
   float* lse;                     // [batch, rows], natural log
 };
-
-constexpr int kCombineNarrowSplits = 16;
 
 // Launches nothing when there is nothing to merge or fill.
 void launch_combine(const CombineParams& p, cudaStream_t stream);

@@ -1,5 +1,7 @@
 #include "kbmla/planner.hpp"
 
+#include <algorithm>
+
 #include "kbmla/error.hpp"
 
 namespace kbmla {
@@ -31,6 +33,21 @@ void validate_plan_shape(const PlanShape& s) {
 int64_t max_partial_slots(const PlanShape& s) {
   validate_plan_shape(s);
   return 2 * int64_t{s.num_ctas / s.cluster_size - 1};
+}
+
+PlanCapacity plan_capacity(const PlanShape& s) {
+  validate_plan_shape(s);
+  const int64_t G = s.num_ctas / s.cluster_size;
+  const int64_t T = (int64_t{s.heads} * s.q_len + s.tile_rows - 1) / s.tile_rows;
+  PlanCapacity c;
+  c.work_list = G * (T * s.batch + 1);
+  c.bounds = 2 * int64_t{s.batch} + G - 1;
+  c.zero_fill = T * s.batch;
+  c.split_requests = std::max<int64_t>(G - 1, 0);
+  c.partial_slots = 2 * std::max<int64_t>(G - 1, 0);
+  require(c.work_list <= INT32_MAX, "plan capacity: the work list for batch ", s.batch, " and ", G,
+          " slots would exceed 2^31 - 1 entries");
+  return c;
 }
 
 size_t HostPlan::workspace_bytes(int d_v) const {

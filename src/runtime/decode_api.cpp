@@ -15,6 +15,7 @@
 #include "kbmla/helpers.hpp"
 #include "kbmla/static_baseline.hpp"
 #include "src/combine/combine.hpp"
+#include "src/plan/device_planner.hpp"
 #include "src/runtime/decode_internal.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
@@ -83,6 +84,11 @@ struct DevicePlan::Impl {
   SplitTableView splits{};
   const int32_t* zero_fill = nullptr;
   const int32_t* split_requests_dev = nullptr;
+  // Device-made plans.
+  bool device_planned = false;
+  PlanCapacity capacity{};
+  DevicePlanHeader* header = nullptr;
+  DevicePlanBuffers buffers{};
   ~Impl() {
     if (device != nullptr) cudaFree(device);
   }
@@ -97,6 +103,152 @@ const HostPlan& DevicePlan::host_plan() const { return impl_->host; }
 const DecodeConfig& DevicePlan::config() const { return impl_->config; }
 const PlanOptions& DevicePlan::options() const { return impl_->options; }
 int DevicePlan::batch() const { return impl_->host.shape.batch; }
+bool DevicePlan::device_planned() const { return impl_->device_planned; }
+
+namespace {
+PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOptions& options) {
+  PlanShape shape;
+  shape.batch = batch;
+  shape.q_len = config.q_len;
+  shape.heads = config.heads;
+  shape.causal = config.causal;
+  shape.cluster_size = sm90_cluster_size(config.heads, config.q_len);
+  shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
+  shape.kv_block = sm90::kBlockTokens;
+  shape.num_ctas = options.num_ctas;
+  shape.cost = options.cost ? *options.cost : sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
+  return shape;
+}
+
+int resolve_num_ctas(int requested) {
+  if (requested != 0) return requested;
+  int d = 0;
+  cudaGetDevice(&d);
+  DeviceInfo dev = query_device(d);
+  require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
+  return dev.sm_count;
+}
+}  // namespace
+
+DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int batch, const PlanOptions& options) {
+  validate_config(config);
+  require(batch >= 1, "plan: batch (", batch, ") must be >= 1");
+  require(options.policy == Policy::kWorkList, "plan: device planning makes work-list plans; policy ",
+          policy_name(options.policy), " is planned on the host (DevicePlan::create)");
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->options = options;
+  impl->options.num_ctas = resolve_num_ctas(options.num_ctas);
+  impl->device_planned = true;
+  PlanShape shape = decode_plan_shape(config, batch, impl->options);
+  shape.fixed_grid = true;
+  validate_plan_shape(shape);
+  const PlanCapacity cap = plan_capacity(shape);
+  impl->capacity = cap;
+  HostPlan& h = impl->host;
+  h.shape = shape;
+  h.counts.num_q_tiles = int((int64_t{shape.heads} * shape.q_len + shape.tile_rows - 1) / shape.tile_rows);
+  h.counts.num_clusters = h.counts.num_active_clusters = shape.num_ctas / shape.cluster_size;
+  h.counts.num_slots = int(cap.partial_slots);
+  // Layout (int32): header (8) | work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests
+  const size_t B = size_t(batch);
+  const size_t total = 8 + size_t(cap.work_list) + 3 * B + size_t(cap.bounds) + size_t(cap.zero_fill) +
+                       size_t(cap.split_requests) + 1;
+  check_cuda(cudaMalloc(&impl->device, total * sizeof(int32_t)), "plan: cudaMalloc");
+  // An empty, well-formed plan until the first replan: every entry negative, header zero.
+  check_cuda(cudaMemset(impl->device, 0xff, total * sizeof(int32_t)), "plan: cudaMemset");
+  check_cuda(cudaMemset(impl->device, 0, 8 * sizeof(int32_t)), "plan: cudaMemset");
+  int32_t* d = impl->device;
+  impl->header = reinterpret_cast<DevicePlanHeader*>(d);
+  int32_t* wl = d + 8;
+  int32_t* ns = wl + cap.work_list;
+  int32_t* fs = ns + B;
+  int32_t* bo = fs + B;
+  int32_t* bd = bo + B;
+  int32_t* zf = bd + cap.bounds;
+  int32_t* sr = zf + cap.zero_fill;
+  impl->work_list = wl;
+  impl->splits = {ns, fs, bo, bd};
+  impl->zero_fill = zf;
+  impl->split_requests_dev = sr;
+  DevicePlanBuffers& buf = impl->buffers;
+  buf.header = impl->header;
+  buf.plan.work_list = wl;
+  buf.plan.work_list_capacity = int(cap.work_list);
+  buf.plan.num_splits = ns;
+  buf.plan.first_slot = fs;
+  buf.plan.bounds_offset = bo;
+  buf.plan.bounds = bd;
+  buf.plan.bounds_capacity = int(cap.bounds);
+  buf.plan.zero_fill = zf;
+  buf.plan.zero_fill_capacity = int(cap.zero_fill);
+  buf.split_requests = sr;
+  buf.split_requests_capacity = int(cap.split_requests);
+  // num_splits = -1 would read as "no work" only by accident: make it 0.
+  check_cuda(cudaMemset(ns, 0, B * sizeof(int32_t)), "plan: cudaMemset");
+  return DevicePlan(std::move(impl));
+}
+
+HostPlan DevicePlan::download() const {
+  const Impl& P = *impl_;
+  if (!P.device_planned) return P.host;
+  check_cuda(cudaDeviceSynchronize(), "download: synchronize");
+  DevicePlanHeader header{};
+  check_cuda(cudaMemcpy(&header, P.header, sizeof header, cudaMemcpyDeviceToHost), "download: header");
+  HostPlan h;
+  h.shape = P.host.shape;
+  h.counts = P.host.counts;
+  h.counts.status = header.status;
+  h.counts.num_slots = header.num_slots;
+  h.counts.num_items = header.num_items;
+  h.counts.num_zero_fill = header.num_zero_fill;
+  const size_t B = size_t(h.shape.batch);
+  auto fetch = [](const int32_t* src, size_t n) {
+    std::vector<int32_t> v(n);
+    if (n) check_cuda(cudaMemcpy(v.data(), src, n * sizeof(int32_t), cudaMemcpyDeviceToHost), "download: copy");
+    return v;
+  };
+  h.num_splits = fetch(P.splits.num_splits, B);
+  h.first_slot = fetch(P.splits.first_slot, B);
+  h.bounds_offset = fetch(P.splits.bounds_offset, B);
+  int bounds = 0, pieces = 0;
+  for (int32_t n : h.num_splits) {
+    pieces += n;
+    if (n > 0) bounds += n + 1;
+  }
+  h.counts.num_pieces = pieces;
+  h.counts.num_bounds = bounds;
+  h.bounds = fetch(P.splits.bounds, size_t(bounds));
+  h.zero_fill = fetch(P.zero_fill, size_t(std::max(header.num_zero_fill, 0)));
+  // The work list: columns of G entries until a full row of negatives.
+  const int G = h.counts.num_clusters;
+  std::vector<int32_t> all = fetch(P.work_list, size_t(P.capacity.work_list));
+  int rows = 0, max_items = 0;
+  for (; rows * G < int(all.size()); ++rows) {
+    bool any = false;
+    for (int g = 0; g < G; ++g) any |= all[size_t(rows) * G + g] >= 0;
+    if (!any) break;
+    max_items = rows + 1;
+  }
+  h.counts.max_items_per_cluster = max_items;
+  h.counts.work_list_len = G * (max_items + 1);
+  h.work_list.assign(all.begin(), all.begin() + std::min<size_t>(all.size(), size_t(h.counts.work_list_len)));
+  return h;
+}
+
+int DevicePlan::device_plan_status() const {
+  if (!impl_->device_planned) return kPlanOk;
+  DevicePlanHeader header{};
+  check_cuda(cudaDeviceSynchronize(), "device_plan_status: synchronize");
+  check_cuda(cudaMemcpy(&header, impl_->header, sizeof header, cudaMemcpyDeviceToHost), "device_plan_status: copy");
+  return header.status;
+}
+
+void DevicePlan::replan(const int32_t* device_seqlens, void* stream) const {
+  require(impl_->device_planned, "replan: this plan was made on the host; use DevicePlan::create_device_planned");
+  require(device_seqlens != nullptr, "replan: seqlens is null");
+  launch_device_planner(impl_->host.shape, device_seqlens, impl_->buffers, static_cast<cudaStream_t>(stream));
+}
 
 DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_t> seqlens, const PlanOptions& options) {
   validate_config(config);
@@ -104,21 +256,8 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
-  if (impl->options.num_ctas == 0) {
-    DeviceInfo dev = query_device([] { int d = 0; cudaGetDevice(&d); return d; }());
-    require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
-    impl->options.num_ctas = dev.sm_count;
-  }
-  PlanShape shape;
-  shape.batch = int(seqlens.size());
-  shape.q_len = config.q_len;
-  shape.heads = config.heads;
-  shape.causal = config.causal;
-  shape.cluster_size = sm90_cluster_size(config.heads, config.q_len);
-  shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
-  shape.kv_block = sm90::kBlockTokens;
-  shape.num_ctas = impl->options.num_ctas;
-  shape.cost = options.cost ? *options.cost : sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
+  impl->options.num_ctas = resolve_num_ctas(options.num_ctas);
+  PlanShape shape = decode_plan_shape(config, int(seqlens.size()), impl->options);
   if (options.policy == Policy::kWorkList) {
     impl->host = make_host_plan(shape, seqlens);
   } else {
@@ -280,6 +419,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
   p.timeline = a.timeline;
   p.work_list = P.work_list;
+  p.plan_header = P.device_planned ? P.header : nullptr;
   p.splits = P.splits;
   dim3 grid;
   const int clusters = h.shape.num_ctas / h.shape.cluster_size;
@@ -326,6 +466,13 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cp.num_wide_requests = P.num_wide_requests;
   cp.zero_fill = P.zero_fill;
   cp.num_zero_fill = int(h.zero_fill.size());
+  cp.header = nullptr;
+  if (P.device_planned) {  // capacities size the grid; the header has the counts
+    cp.num_wide_requests = int(P.capacity.split_requests);
+    cp.num_split_requests = 2 * int(P.capacity.split_requests);
+    cp.num_zero_fill = int(P.capacity.zero_fill);
+    cp.header = P.header;
+  }
   cp.partial_o = p.partial_o;
   cp.partial_lse = p.partial_lse;
   cp.out = a.out;

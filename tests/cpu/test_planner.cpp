@@ -117,6 +117,25 @@ TEST(Planner, CtaBudgetBelowSmCountAndClusters) {
   }
 }
 
+TEST(Planner, FixedGridPlansStrideEverySlotAndFitTheCapacities) {
+  std::vector<int32_t> seqlens = {77, 131072, 5, 0, 4096, 999, 1};
+  for (int ctas : {2, 7, 132}) {
+    PlanShape s = sm90_shape(7, 4, 24, ctas);  // 96 rows: clusters of 2
+    s.fixed_grid = true;
+    HostPlan plan = make_host_plan(s, seqlens);
+    ASSERT_EQ(test::plan_violation(s, seqlens, plan), "");
+    EXPECT_EQ(plan.counts.num_active_clusters, plan.counts.num_clusters);
+    PlanCapacity cap = plan_capacity(s);
+    EXPECT_LE(plan.counts.work_list_len, cap.work_list);
+    EXPECT_LE(plan.counts.num_bounds, cap.bounds);
+    EXPECT_LE(plan.counts.num_zero_fill, cap.zero_fill);
+    EXPECT_LE(plan.counts.num_slots, cap.partial_slots);
+    int split_requests = 0;
+    for (int32_t n : plan.num_splits) split_requests += n > 1;
+    EXPECT_LE(split_requests, cap.split_requests);
+  }
+}
+
 TEST(Planner, DeterministicBytes) {
   std::vector<int32_t> seqlens = {77, 131072, 5, 4096, 4096, 0, 999};
   PlanShape s = sm90_shape(7, 4, 24);

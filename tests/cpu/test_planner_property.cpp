@@ -69,7 +69,14 @@ TEST_P(PlannerProperty, RandomConfigurationsHoldEveryInvariant) {
     s.tile_rows = 64 * s.cluster_size;
     s.num_ctas = coin(rng) ? 132 : std::max(s.cluster_size, ctas_d(rng));
     std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
+    s.fixed_grid = i % 7 == 0;
     HostPlan plan = make_host_plan(s, seqlens);
+    const PlanCapacity cap = plan_capacity(s);
+    if (plan.counts.work_list_len > cap.work_list || plan.counts.num_bounds > cap.bounds ||
+        plan.counts.num_zero_fill > cap.zero_fill || plan.counts.num_slots > cap.partial_slots) {
+      ++failures;
+      ADD_FAILURE() << "config " << i << ": plan exceeds plan_capacity";
+    }
     std::string v = test::plan_violation(s, seqlens, plan);
     CostStats st = cost_stats(plan.cluster_cost);
     const double bound = std::max(1.05 * st.mean, st.mean + double(test::largest_piece_cost(s, seqlens, plan)));

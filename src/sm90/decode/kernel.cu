@@ -12,6 +12,10 @@ template <KernelMode Mode>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
+  if (p.plan_header != nullptr && p.plan_header->status != 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
+    return;
+  }
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);

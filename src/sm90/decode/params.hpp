@@ -42,6 +42,7 @@ struct DecodeParams {
   uint32_t* error_word;
   unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA
   // Plan.
+  const DevicePlanHeader* plan_header;  // device-made plans: a failed plan means no work
   KernelPolicy policy;
   const int32_t* work_list;
   SplitTableView splits;
