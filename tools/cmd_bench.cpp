@@ -45,6 +45,7 @@ struct BenchOptions {
   int sms = 0;
   bool spike = false;
   bool balance = false;
+  bool device_plan = false;
   CostModel cost{0, 0, 0};  // zeros: the decode's default model
 };
 
@@ -262,14 +263,44 @@ int run_bench(const BenchOptions& o) {
       runs_to_do.push_back({"worklist", sm90::KernelMode::kLoadOnly});
       runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
     }
+    if (o.device_plan) runs_to_do.push_back({"worklist/device_plan", sm90::KernelMode::kFull});
     // An untimed pass first: right after the cache is written the first policy timed ran
     // ~7 us slower than the same plan timed later (measured 2026-11-29; L2 write-back of the
     // freshly filled cache), which biased whichever policy came first.
     measure(Policy::kWorkList, 0, 50, false);
+    // Device planning: replan (one CTA, GPU-timed) then decode + combine on the fixed grid.
+    auto measure_device_plan = [&]() {
+      Measurement m;
+      m.policy = "worklist/device_plan";
+      PlanOptions opt;
+      opt.num_ctas = sms;
+      DevicePlan plan = DevicePlan::create_device_planned(config, bc.batch, opt);
+      DeviceBuffer ws(plan.workspace_bytes());
+      init_workspace(ws.ptr, plan.workspace_bytes(), stream);
+      DecodeArgs a;
+      a.q = d.q->ptr;
+      a.block_table = static_cast<int32_t*>(d.block_table->ptr);
+      a.max_pages = d.max_pages;
+      a.seqlens = static_cast<int32_t*>(d.seqlens_dev->ptr);
+      a.out = d.out->ptr;
+      a.lse = static_cast<float*>(d.lse->ptr);
+      a.workspace = ws.ptr;
+      a.workspace_bytes = plan.workspace_bytes();
+      a.stream = stream;
+      m.plan_us = median_us([&](int) { plan.replan(a.seqlens, stream); }, o.runs, o.warmup, stream);
+      m.median_us = median_us([&](int) { decode(plan, kv[0], a); }, o.runs, o.warmup, stream);
+      const uint32_t errors = read_device_errors(ws.ptr, stream);
+      require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
+      m.output_finite = true;
+      return m;
+    };
     for (const auto& [pname, mode] : runs_to_do) {
-      const Policy policy = policy_of(pname);
+      const bool device_plan = pname == "worklist/device_plan";
+      const Policy policy = device_plan ? Policy::kWorkList : policy_of(pname);
       Measurement best;
-      if (policy == Policy::kWorkList) {
+      if (device_plan) {
+        best = measure_device_plan();
+      } else if (policy == Policy::kWorkList) {
         best = measure(policy, 0, o.runs, mode == sm90::KernelMode::kFull, mode);
       } else {
         // Measured sweep of uniform split counts; the fastest is the baseline.
@@ -350,6 +381,8 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--cost-block", o->cost.per_kv_block, "Override the planner's ns per KV block");
   cmd->add_option("--cost-item", o->cost.per_item, "Override the planner's ns per work item");
   cmd->add_option("--cost-split", o->cost.per_split, "Override the planner's extra ns per split item");
+  cmd->add_flag("--device-plan", o->device_plan,
+                "Also time the work list planned on the GPU (plan_us is then the GPU replan time)");
   cmd->add_flag("--spike", o->spike,
                 "Also time the work-list kernel with loads only (consumers just release stages) and with math only "
                 "(no KV loads): the loader's and the math loop's ceilings");
