@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <fstream>
@@ -39,6 +40,7 @@ struct BenchOptions {
   std::string case_filter;
   std::string policies = "worklist,static,static_persistent";
   std::string json_path;
+  std::string svg_dir;
   std::string commit = KBMLA_GIT_COMMIT;
   int runs = 50;
   int warmup = 10;
@@ -102,7 +104,52 @@ struct Measurement {
   bool output_finite = false;
   double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
   double busy_max_us = 0, busy_mean_us = 0;
+  std::vector<std::array<double, 2>> intervals;  // --balance: per CTA with work, {start, end} us
 };
+
+// One panel per policy, one row per CTA, a bar from its start to its end, all panels on
+// one time axis from the earliest start: what balancing buys, at a glance.
+void write_balance_svg(const std::string& path, const std::string& case_name, const std::vector<Measurement>& ms) {
+  double t0 = 1e300, t1 = 0;
+  size_t max_rows = 1;
+  for (const auto& m : ms) {
+    for (const auto& iv : m.intervals) {
+      t0 = std::min(t0, iv[0]);
+      t1 = std::max(t1, iv[1]);
+    }
+    max_rows = std::max(max_rows, m.intervals.size());
+  }
+  if (t1 <= t0) return;
+  const double panel_w = 420, row_h = std::max(1.0, std::min(4.0, 400.0 / double(max_rows))), top = 40, gap = 30;
+  const double panel_h = row_h * double(max_rows);
+  const double width = gap + double(ms.size()) * (panel_w + gap);
+  const double height = top + panel_h + 50;
+  std::ofstream f(path);
+  require(f.good(), "bench: cannot write '", path, "'");
+  f << fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif' "
+                   "font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
+                   width, height);
+  f << fmt::format("<text x='{}' y='18' font-size='14'>{}: per-CTA busy intervals (%globaltimer), common time axis "
+                   "{:.0f} us</text>\n",
+                   gap, case_name, t1 - t0);
+  for (size_t k = 0; k < ms.size(); ++k) {
+    const Measurement& m = ms[k];
+    const double x0 = gap + double(k) * (panel_w + gap);
+    f << fmt::format("<text x='{:.0f}' y='{:.0f}'>{} (busy max/mean {:.3f})</text>\n", x0, top - 6, m.policy,
+                     m.busy_max_over_mean);
+    f << fmt::format("<rect x='{:.0f}' y='{:.0f}' width='{:.0f}' height='{:.1f}' fill='none' stroke='#999'/>\n", x0,
+                     top, panel_w, panel_h);
+    for (size_t r = 0; r < m.intervals.size(); ++r) {
+      const double a = x0 + (m.intervals[r][0] - t0) / (t1 - t0) * panel_w;
+      const double b = x0 + (m.intervals[r][1] - t0) / (t1 - t0) * panel_w;
+      f << fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='#3b6ea8'/>\n", a,
+                       top + double(r) * row_h, std::max(0.5, b - a), std::max(0.5, row_h * 0.8));
+    }
+    f << fmt::format("<text x='{:.0f}' y='{:.0f}'>0</text><text x='{:.0f}' y='{:.0f}' text-anchor='end'>{:.0f} us</text>\n",
+                     x0, top + panel_h + 16, x0 + panel_w, top + panel_h + 16, t1 - t0);
+  }
+  f << "</svg>\n";
+}
 
 }  // namespace
 
@@ -236,8 +283,13 @@ int run_bench(const BenchOptions& o) {
         cuda_check(cudaMemcpy(rec.data(), tl.ptr, rec.size() * 8, cudaMemcpyDeviceToHost), "copy");
         double sum = 0, mx = 0;
         int n = 0;
+        unsigned long long first = ~0ull;
+        for (int c = 0; c < ctas; ++c) {
+          if (rec[4 * c + 3] != 0) first = std::min(first, rec[4 * c]);
+        }
         for (int c = 0; c < ctas; ++c) {
           if (rec[4 * c + 3] == 0) continue;  // a CTA without items
+          m.intervals.push_back({double(rec[4 * c] - first) / 1e3, double(rec[4 * c + 1] - first) / 1e3});
           const double busy = double(rec[4 * c + 1] - rec[4 * c]) / 1e3;
           sum += busy;
           mx = std::max(mx, busy);
@@ -294,6 +346,7 @@ int run_bench(const BenchOptions& o) {
       m.output_finite = true;
       return m;
     };
+    std::vector<Measurement> for_svg;
     for (const auto& [pname, mode] : runs_to_do) {
       const bool device_plan = pname == "worklist/device_plan";
       const Policy policy = device_plan ? Policy::kWorkList : policy_of(pname);
@@ -345,6 +398,12 @@ int run_bench(const BenchOptions& o) {
         r["busy_mean_us"] = best.busy_mean_us;
       }
       results.push_back(r);
+      if (!best.intervals.empty()) for_svg.push_back(best);
+    }
+    if (!o.svg_dir.empty() && !for_svg.empty()) {
+      const std::string path = o.svg_dir + "/" + bc.name + ".svg";
+      write_balance_svg(path, bc.name, for_svg);
+      fmt::print("wrote {}\n", path);
     }
   }
   require(matched > 0, "bench: no case matches '", o.case_filter, "'");
@@ -378,6 +437,7 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--sms", o->sms, "CTA budget (default: every SM)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");
+  cmd->add_option("--svg-dir", o->svg_dir, "With --balance: write <dir>/<case>.svg, one panel per policy");
   cmd->add_option("--cost-block", o->cost.per_kv_block, "Override the planner's ns per KV block");
   cmd->add_option("--cost-item", o->cost.per_item, "Override the planner's ns per work item");
   cmd->add_option("--cost-split", o->cost.per_split, "Override the planner's extra ns per split item");
