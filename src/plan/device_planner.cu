@@ -6,13 +6,37 @@ namespace kbmla {
 
 namespace {
 
-// One thread plans (the core is sequential); the others wait. On any failure the plan is
-// left empty but well-formed: every slot's column starts with a negative entry.
-__global__ void device_planner_kernel(const __grid_constant__ PlanShape shape, const int32_t* seqlens,
-                                      const __grid_constant__ DevicePlanBuffers out) {
-  if (threadIdx.x != 0) return;
+static_assert(kCapProbes == 32, "one probe per lane of a warp");
+
+// The K probes of a search round, one per lane; the lowest lane that fits wins.
+struct WarpProbes {
+  template <class Fits>
+  __device__ int operator()(const CapSearch& s, Fits& fits) const {
+    const bool ok = fits(s.probe(int(threadIdx.x % 32)));
+    const unsigned mask = __ballot_sync(0xffffffffu, ok);
+    return mask ? __ffs(int(mask)) - 1 : kCapProbes;
+  }
+};
+
+constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
+
+// Warp 0 searches the cap (32 probes per round in parallel); lane 0 then counts and writes
+// the plan. On any failure the plan is left empty but well-formed: every slot's column
+// starts with a negative entry.
+__global__ void __launch_bounds__(256) device_planner_kernel(const __grid_constant__ PlanShape shape,
+                                                             const int32_t* seqlens_global,
+                                                             const __grid_constant__ DevicePlanBuffers out) {
+  extern __shared__ int32_t staged[];
+  const int32_t* seqlens = seqlens_global;
+  if (shape.batch <= kSmemSeqlens) {
+    for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) staged[b] = seqlens_global[b];
+    __syncthreads();
+    seqlens = staged;
+  }
+  if (threadIdx.x >= 32) return;
   DevicePlanHeader h{};
-  PlanCounts counts = plan_measure(shape, seqlens);
+  PlanCounts counts = plan_measure_with(shape, seqlens, WarpProbes{});
+  if (threadIdx.x != 0) return;
   PlanBuffers buffers = out.plan;
   int status = counts.status;
   if (status == kPlanOk) status = plan_write(shape, seqlens, counts, buffers);
@@ -47,7 +71,8 @@ __global__ void device_planner_kernel(const __grid_constant__ PlanShape shape, c
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
                            cudaStream_t stream) {
   require(shape.fixed_grid, "device planner: the shape must use the fixed-grid form");
-  device_planner_kernel<<<1, 32, 0, stream>>>(shape, seqlens, out);
+  const size_t smem = shape.batch <= kSmemSeqlens ? size_t(shape.batch) * sizeof(int32_t) : 0;
+  device_planner_kernel<<<1, 256, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));
 }
