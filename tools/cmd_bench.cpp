@@ -104,11 +104,12 @@ struct Measurement {
   bool output_finite = false;
   double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
   double busy_max_us = 0, busy_mean_us = 0;
-  std::vector<std::array<double, 2>> intervals;  // --balance: per CTA with work, {start, end} us
+  std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
 };
 
-// One panel per policy, one row per CTA, a bar from its start to its end, all panels on
-// one time axis from the earliest start: what balancing buys, at a glance.
+// One panel per policy, one row per SM, a bar for each CTA that ran there from its start to
+// its end, all panels on one time axis from the earliest start: what balancing buys, at a
+// glance (a row per CTA would be 4096 rows tall for the non-persistent static policy).
 void write_balance_svg(const std::string& path, const std::string& case_name, const std::vector<Measurement>& ms) {
   double t0 = 1e300, t1 = 0;
   size_t max_rows = 1;
@@ -116,8 +117,8 @@ void write_balance_svg(const std::string& path, const std::string& case_name, co
     for (const auto& iv : m.intervals) {
       t0 = std::min(t0, iv[0]);
       t1 = std::max(t1, iv[1]);
+      max_rows = std::max(max_rows, size_t(iv[2]) + 1);
     }
-    max_rows = std::max(max_rows, m.intervals.size());
   }
   if (t1 <= t0) return;
   const double panel_w = 420, row_h = std::max(1.0, std::min(4.0, 400.0 / double(max_rows))), top = 40, gap = 30;
@@ -129,8 +130,8 @@ void write_balance_svg(const std::string& path, const std::string& case_name, co
   f << fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif' "
                    "font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
                    width, height);
-  f << fmt::format("<text x='{}' y='18' font-size='14'>{}: per-CTA busy intervals (%globaltimer), common time axis "
-                   "{:.0f} us</text>\n",
+  f << fmt::format("<text x='{}' y='18' font-size='14'>{}: CTA busy intervals (%globaltimer), one row per SM, "
+                   "common time axis {:.0f} us</text>\n",
                    gap, case_name, t1 - t0);
   for (size_t k = 0; k < ms.size(); ++k) {
     const Measurement& m = ms[k];
@@ -139,11 +140,12 @@ void write_balance_svg(const std::string& path, const std::string& case_name, co
                      m.busy_max_over_mean);
     f << fmt::format("<rect x='{:.0f}' y='{:.0f}' width='{:.0f}' height='{:.1f}' fill='none' stroke='#999'/>\n", x0,
                      top, panel_w, panel_h);
-    for (size_t r = 0; r < m.intervals.size(); ++r) {
-      const double a = x0 + (m.intervals[r][0] - t0) / (t1 - t0) * panel_w;
-      const double b = x0 + (m.intervals[r][1] - t0) / (t1 - t0) * panel_w;
-      f << fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='#3b6ea8'/>\n", a,
-                       top + double(r) * row_h, std::max(0.5, b - a), std::max(0.5, row_h * 0.8));
+    for (const auto& iv : m.intervals) {
+      const double a = x0 + (iv[0] - t0) / (t1 - t0) * panel_w;
+      const double b = x0 + (iv[1] - t0) / (t1 - t0) * panel_w;
+      f << fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='#3b6ea8' stroke='white' "
+                       "stroke-width='0.2'/>\n",
+                       a, top + iv[2] * row_h, std::max(0.5, b - a), std::max(0.5, row_h * 0.8));
     }
     f << fmt::format("<text x='{:.0f}' y='{:.0f}'>0</text><text x='{:.0f}' y='{:.0f}' text-anchor='end'>{:.0f} us</text>\n",
                      x0, top + panel_h + 16, x0 + panel_w, top + panel_h + 16, t1 - t0);
@@ -289,7 +291,8 @@ int run_bench(const BenchOptions& o) {
         }
         for (int c = 0; c < ctas; ++c) {
           if (rec[4 * c + 3] == 0) continue;  // a CTA without items
-          m.intervals.push_back({double(rec[4 * c] - first) / 1e3, double(rec[4 * c + 1] - first) / 1e3});
+          m.intervals.push_back(
+              {double(rec[4 * c] - first) / 1e3, double(rec[4 * c + 1] - first) / 1e3, double(rec[4 * c + 2])});
           const double busy = double(rec[4 * c + 1] - rec[4 * c]) / 1e3;
           sum += busy;
           mx = std::max(mx, busy);

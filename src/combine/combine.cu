@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "kbmla/error.hpp"
 
 namespace kbmla {
@@ -13,6 +15,7 @@ constexpr int kQuarterCols = 128;   // columns of one block: 32 lanes x float4
 constexpr int kQuarters = kDv / kQuarterCols;
 constexpr int kWarps = 8;           // warps of a block stride over the splits
 constexpr int kThreads = kWarps * 32;
+constexpr int64_t kDevicePlanCombineBlocks = 1056;  // 8 per SM of an H100/H200
 
 __device__ __forceinline__ bool row_sees_a_key(const CombineParams& p, int seqlen, int row) {
   if (seqlen <= 0) return false;
@@ -96,44 +99,20 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_w
   if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
 }
 
-// Blocks [0, wide_blocks): (wide request, row, column quarter). The 8 warps take every
-// 8th split, so up to 8 x 32 float4 loads per block are in flight even for one long
-// request cut into hundreds of splits; a shared-memory reduction adds the warps' sums.
-// Blocks [wide_blocks, narrow_end): 8 narrow tasks each. Then one zero-filled q tile each.
-__global__ void __launch_bounds__(kThreads)
-    combine_kernel(const __grid_constant__ CombineParams p, int wide_blocks, int narrow_end) {
-  __shared__ float weights[kMaxSplitsPerRequest];
-  __shared__ float scratch[kWarps];
-  __shared__ float4 partial_sums[kWarps][32];
-  // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
-  // writes) here, so that this kernel's launch overlaps the decode's tail.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+struct CombineShared {
+  float weights[kMaxSplitsPerRequest];
+  float scratch[kWarps];
+  float4 partial_sums[kWarps][32];
+};
+
+// A wide request's (row, column quarter): the 8 warps take every 8th split, so up to
+// 8 x 32 float4 loads are in flight even for one long request cut into hundreds of splits;
+// a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
+__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared& sh, int task) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  // Host plans: the grid is exact. Device plans: it is sized by capacity, and the actual
-  // counts come from the plan header; blocks past them exit.
-  const int num_split = p.header ? p.header->num_split_requests : p.num_split_requests;
-  const int num_wide = p.header ? p.header->num_wide_requests : p.num_wide_requests;
-  const int num_zero = p.header ? p.header->num_zero_fill : p.num_zero_fill;
-  if (int(blockIdx.x) >= wide_blocks && int(blockIdx.x) < narrow_end) {
-    const int task = (blockIdx.x - wide_blocks) * kWarps + warp;
-    if (task < (num_split - num_wide) * p.rows * kQuarters) combine_narrow(p, num_wide, task, lane);
-    return;
-  }
-  if (int(blockIdx.x) >= narrow_end) {
-    if (int(blockIdx.x) - narrow_end >= num_zero) return;
-    const int entry = p.zero_fill[blockIdx.x - narrow_end];
-    const int tile_batch = work_entry_tile_batch(entry);
-    const int t = tile_batch / p.batch, b = tile_batch % p.batch;
-    const int end = min(p.rows, (t + 1) * p.tile_rows);
-    for (int i = t * p.tile_rows * kQuarters + warp; i < end * kQuarters; i += kWarps) {
-      write_empty_quarter(p, b, i / kQuarters, i % kQuarters, lane);
-    }
-    return;
-  }
-  const int quarter = blockIdx.x % kQuarters;
-  const int row = (blockIdx.x / kQuarters) % p.rows;
-  if (int(blockIdx.x / (kQuarters * p.rows)) >= num_wide) return;
-  const int b = p.split_requests[blockIdx.x / (kQuarters * p.rows)];
+  const int quarter = task % kQuarters;
+  const int row = (task / kQuarters) % p.rows;
+  const int b = p.split_requests[task / (kQuarters * p.rows)];
   if (!row_sees_a_key(p, p.seqlens[b], row)) {
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
     return;
@@ -143,30 +122,66 @@ __global__ void __launch_bounds__(kThreads)
   const float neg_inf = -__int_as_float(0x7f800000);
   float lse_s = neg_inf;
   if (int(threadIdx.x) < ns) lse_s = p.partial_lse[(slot0 + threadIdx.x) * p.rows + row];
-  const float max_lse = block_reduce(lse_s, scratch, true);
+  const float max_lse = block_reduce(lse_s, sh.scratch, true);
   if (max_lse == neg_inf) {  // every split saw only masked keys
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
     return;
   }
   const float e = lse_s == neg_inf ? 0.f : exp2f(lse_s - max_lse);
-  const float sum = block_reduce(e, scratch, false);
+  const float sum = block_reduce(e, sh.scratch, false);
   // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
-  if (int(threadIdx.x) < ns) weights[threadIdx.x] = e / sum;
+  if (int(threadIdx.x) < ns) sh.weights[threadIdx.x] = e / sum;
   __syncthreads();
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4;
   const int64_t split_stride = int64_t{p.rows} * kDv;
 #pragma unroll 4
   for (int s = warp; s < ns; s += kWarps) {
-    const float w = weights[s];
+    const float w = sh.weights[s];
     if (w != 0.f) fma4(acc, w, *reinterpret_cast<const float4*>(base + s * split_stride));
   }
-  partial_sums[warp][lane] = acc;
+  sh.partial_sums[warp][lane] = acc;
   __syncthreads();
   if (warp != 0) return;
-  for (int w = 1; w < kWarps; ++w) fma4(acc, 1.f, partial_sums[w][lane]);
+  for (int w = 1; w < kWarps; ++w) fma4(acc, 1.f, sh.partial_sums[w][lane]);
   store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
+}
+
+// Work of the combine, as blocks: [0, W) wide (request, row, quarter) tasks, [W, W + N)
+// eight narrow tasks each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
+// the host plan's, or, for device-made plans, read from the plan header; the grid strides
+// over the blocks, so a device plan's grid need not match its (data-dependent) counts.
+__global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ CombineParams p) {
+  __shared__ CombineShared sh;
+  // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
+  // writes) here, so that this kernel's launch overlaps the decode's tail.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int num_split = p.header ? p.header->num_split_requests : p.num_split_requests;
+  const int num_wide = p.header ? p.header->num_wide_requests : p.num_wide_requests;
+  const int num_zero = p.header ? p.header->num_zero_fill : p.num_zero_fill;
+  const int wide_blocks = num_wide * p.rows * kQuarters;
+  const int narrow_tasks = (num_split - num_wide) * p.rows * kQuarters;
+  const int narrow_end = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps;
+  const int total = narrow_end + num_zero;
+  for (int blk = blockIdx.x; blk < total; blk += gridDim.x) {
+    if (blk < wide_blocks) {
+      combine_wide(p, sh, blk);
+      __syncthreads();  // the shared buffers are reused by the next wide task
+    } else if (blk < narrow_end) {
+      const int task = (blk - wide_blocks) * kWarps + warp;
+      if (task < narrow_tasks) combine_narrow(p, num_wide, task, lane);
+    } else {
+      const int entry = p.zero_fill[blk - narrow_end];
+      const int tile_batch = work_entry_tile_batch(entry);
+      const int t = tile_batch / p.batch, b = tile_batch % p.batch;
+      const int end = min(p.rows, (t + 1) * p.tile_rows);
+      for (int i = t * p.tile_rows * kQuarters + warp; i < end * kQuarters; i += kWarps) {
+        write_empty_quarter(p, b, i / kQuarters, i % kQuarters, lane);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -174,9 +189,11 @@ __global__ void __launch_bounds__(kThreads)
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
   const int64_t wide_blocks = int64_t{p.num_wide_requests} * p.rows * kQuarters;
   const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows * kQuarters;
-  const int64_t narrow_end = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps;
-  const int64_t blocks = narrow_end + p.num_zero_fill;
+  int64_t blocks = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps + p.num_zero_fill;
   if (blocks == 0) return;
+  // Device-made plans pass capacities: launch a bounded grid that strides over the actual
+  // work instead of one block per possible task (most would exit at once).
+  if (p.header != nullptr) blocks = std::min<int64_t>(blocks, kDevicePlanCombineBlocks);
   require(blocks < (int64_t{1} << 31), "combine: ", blocks, " blocks exceed the grid limit");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));
@@ -187,7 +204,7 @@ void launch_combine(const CombineParams& p, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel, p, int(wide_blocks), int(narrow_end));
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel, p);
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }
 

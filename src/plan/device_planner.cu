@@ -6,24 +6,34 @@ namespace kbmla {
 
 namespace {
 
-static_assert(kCapProbes == 32, "one probe per lane of a warp");
+static_assert(kCapProbes * 32 <= 1024, "one warp per probe in one CTA");
 
-// The K probes of a search round, one per lane; the lowest lane that fits wins.
-struct WarpProbes {
+// The K probes of a search round, one per warp (lanes of one warp would diverge on every
+// piece decision and run serially: measured, 775 us for batch 128): lane 0 of warp i
+// evaluates probe i, the lowest warp that fits wins. Every thread keeps the same search
+// state, so all call this the same number of times.
+struct BlockProbes {
+  int* verdict;  // shared, kCapProbes entries
   template <class Fits>
   __device__ int operator()(const CapSearch& s, Fits& fits) const {
-    const bool ok = fits(s.probe(int(threadIdx.x % 32)));
-    const unsigned mask = __ballot_sync(0xffffffffu, ok);
-    return mask ? __ffs(int(mask)) - 1 : kCapProbes;
+    const int warp = int(threadIdx.x / 32);
+    if (threadIdx.x % 32 == 0) verdict[warp] = fits(s.probe(warp)) ? 1 : 0;
+    __syncthreads();
+    int first = kCapProbes;
+    for (int i = kCapProbes - 1; i >= 0; --i) {
+      if (verdict[i]) first = i;
+    }
+    __syncthreads();
+    return first;
   }
 };
 
 constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
 
-// Warp 0 searches the cap (32 probes per round in parallel); lane 0 then counts and writes
-// the plan. On any failure the plan is left empty but well-formed: every slot's column
-// starts with a negative entry.
-__global__ void __launch_bounds__(256) device_planner_kernel(const __grid_constant__ PlanShape shape,
+// 32 warps search the cap (one probe each per round); thread 0 then counts and writes the
+// plan. On any failure the plan is left empty but well-formed: every slot's column starts
+// with a negative entry.
+__global__ void __launch_bounds__(kCapProbes * 32) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                              const int32_t* seqlens_global,
                                                              const __grid_constant__ DevicePlanBuffers out) {
   extern __shared__ int32_t staged[];
@@ -33,9 +43,9 @@ __global__ void __launch_bounds__(256) device_planner_kernel(const __grid_consta
     __syncthreads();
     seqlens = staged;
   }
-  if (threadIdx.x >= 32) return;
+  __shared__ int verdict[kCapProbes];
   DevicePlanHeader h{};
-  PlanCounts counts = plan_measure_with(shape, seqlens, WarpProbes{});
+  PlanCounts counts = plan_measure_with(shape, seqlens, BlockProbes{verdict});
   if (threadIdx.x != 0) return;
   PlanBuffers buffers = out.plan;
   int status = counts.status;
@@ -72,7 +82,7 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
                            cudaStream_t stream) {
   require(shape.fixed_grid, "device planner: the shape must use the fixed-grid form");
   const size_t smem = shape.batch <= kSmemSeqlens ? size_t(shape.batch) * sizeof(int32_t) : 0;
-  device_planner_kernel<<<1, 256, smem, stream>>>(shape, seqlens, out);
+  device_planner_kernel<<<1, kCapProbes * 32, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));
 }
