@@ -236,6 +236,21 @@ int run_bench(const BenchOptions& o) {
     config.q_len = bc.q_len;
     config.softmax_scale = 1.0f / std::sqrt(576.0f);
 
+    // The case's buffers as decode arguments, with a fresh (initialised) workspace.
+    auto case_args = [&](const DevicePlan& plan, const DeviceBuffer& ws) {
+      init_workspace(ws.ptr, plan.workspace_bytes(), stream);
+      DecodeArgs a;
+      a.q = d.q->ptr;
+      a.block_table = static_cast<int32_t*>(d.block_table->ptr);
+      a.max_pages = d.max_pages;
+      a.seqlens = static_cast<int32_t*>(d.seqlens_dev->ptr);
+      a.out = d.out->ptr;
+      a.lse = static_cast<float*>(d.lse->ptr);
+      a.workspace = ws.ptr;
+      a.workspace_bytes = plan.workspace_bytes();
+      a.stream = stream;
+      return a;
+    };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
                        sm90::KernelMode mode = sm90::KernelMode::kFull) {
       Measurement m;
@@ -258,17 +273,7 @@ int run_bench(const BenchOptions& o) {
       m.plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       m.split_kv = plan.options().static_splits;
       DeviceBuffer ws(plan.workspace_bytes());
-      init_workspace(ws.ptr, plan.workspace_bytes(), stream);
-      DecodeArgs a;
-      a.q = d.q->ptr;
-      a.block_table = static_cast<int32_t*>(d.block_table->ptr);
-      a.max_pages = d.max_pages;
-      a.seqlens = static_cast<int32_t*>(d.seqlens_dev->ptr);
-      a.out = d.out->ptr;
-      a.lse = static_cast<float*>(d.lse->ptr);
-      a.workspace = ws.ptr;
-      a.workspace_bytes = plan.workspace_bytes();
-      a.stream = stream;
+      const DecodeArgs a = case_args(plan, ws);
       m.median_us = median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode); }, runs, o.warmup, stream);
       if (rotated_too && kv.size() > 1) {
         m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
@@ -331,17 +336,7 @@ int run_bench(const BenchOptions& o) {
       opt.num_ctas = sms;
       DevicePlan plan = DevicePlan::create_device_planned(config, bc.batch, opt);
       DeviceBuffer ws(plan.workspace_bytes());
-      init_workspace(ws.ptr, plan.workspace_bytes(), stream);
-      DecodeArgs a;
-      a.q = d.q->ptr;
-      a.block_table = static_cast<int32_t*>(d.block_table->ptr);
-      a.max_pages = d.max_pages;
-      a.seqlens = static_cast<int32_t*>(d.seqlens_dev->ptr);
-      a.out = d.out->ptr;
-      a.lse = static_cast<float*>(d.lse->ptr);
-      a.workspace = ws.ptr;
-      a.workspace_bytes = plan.workspace_bytes();
-      a.stream = stream;
+      const DecodeArgs a = case_args(plan, ws);
       m.plan_us = median_us([&](int) { plan.replan(a.seqlens, stream); }, o.runs, o.warmup, stream);
       m.median_us = median_us([&](int) { decode(plan, kv[0], a); }, o.runs, o.warmup, stream);
       const uint32_t errors = read_device_errors(ws.ptr, stream);
@@ -441,9 +436,7 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");
   cmd->add_option("--svg-dir", o->svg_dir, "With --balance: write <dir>/<case>.svg, one panel per policy");
-  cmd->add_option("--cost-block", o->cost.per_kv_block, "Override the planner's ns per KV block");
-  cmd->add_option("--cost-item", o->cost.per_item, "Override the planner's ns per work item");
-  cmd->add_option("--cost-split", o->cost.per_split, "Override the planner's extra ns per split item");
+  add_cost_options(cmd, o->cost);
   cmd->add_flag("--device-plan", o->device_plan,
                 "Also time the work list planned on the GPU (plan_us is then the GPU replan time)");
   cmd->add_flag("--spike", o->spike,

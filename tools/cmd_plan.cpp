@@ -196,12 +196,7 @@ Action add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1, 16));
   cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
-  cmd->add_option("--cost-block", o->cost.per_kv_block, "Cost model: ns per 64-token KV block per CTA")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
-  cmd->add_option("--cost-item", o->cost.per_item, "Cost model: ns per work item")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
-  cmd->add_option("--cost-split", o->cost.per_split, "Cost model: extra ns per item of a split request")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 32));
+  add_cost_options(cmd, o->cost);
   return [o, cmd] {
     o->cost_given = cmd->count("--cost-block") + cmd->count("--cost-item") + cmd->count("--cost-split") > 0;
     return run_plan(*o);

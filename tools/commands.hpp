@@ -6,9 +6,19 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kbmla/planner_core.hpp"
+
 namespace kbmla::tools {
 
 using Action = std::function<int()>;
+
+// --cost-block / --cost-item / --cost-split: override the planner's cost model (ns).
+inline void add_cost_options(CLI::App* cmd, CostModel& cost) {
+  const auto range = CLI::Range(int64_t{1}, int64_t{1} << 32);
+  cmd->add_option("--cost-block", cost.per_kv_block, "Cost model: ns per 64-token KV block per CTA")->check(range);
+  cmd->add_option("--cost-item", cost.per_item, "Cost model: ns per work item")->check(range);
+  cmd->add_option("--cost-split", cost.per_split, "Cost model: extra ns per item of a split request")->check(range);
+}
 
 Action add_plan_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);

@@ -49,6 +49,42 @@ struct DeviceArray {
   void poison() { cuda_ok(cudaMemset(ptr, 0xff, std::max<size_t>(count, 1) * sizeof(T)), "poison"); }  // NaN for bf16/fp32
 };
 
+// Dense decode arguments over test buffers.
+inline DecodeArgs make_decode_args(const void* q, const int32_t* block_table, int max_pages, const int32_t* seqlens,
+                                   void* out, float* lse, void* workspace, size_t workspace_bytes,
+                                   void* stream = nullptr) {
+  DecodeArgs args;
+  args.q = q;
+  args.block_table = block_table;
+  args.max_pages = max_pages;
+  args.seqlens = seqlens;
+  args.out = out;
+  args.lse = lse;
+  args.workspace = workspace;
+  args.workspace_bytes = workspace_bytes;
+  args.stream = stream;
+  return args;
+}
+
+// A random problem uploaded to the GPU, with outputs and a workspace sized for `plan`.
+struct DeviceProblem {
+  DeviceArray<ref::Bf16> q, cache, out;
+  DeviceArray<int32_t> block_table, seqlens;
+  DeviceArray<float> lse;
+  DeviceArray<uint8_t> ws;
+  DeviceProblem(const ref::RandomProblem<ref::Bf16>& data, const DevicePlan& plan)
+      : q(data.q), cache(data.cache),
+        out(size_t(data.problem.batch) * data.problem.q_len * data.problem.heads * 512),
+        block_table(data.block_table), seqlens(data.seqlens),
+        lse(size_t(data.problem.batch) * data.problem.q_len * data.problem.heads), ws(plan.workspace_bytes()) {
+    init_workspace(ws.ptr, ws.count, nullptr);
+  }
+  DecodeArgs args(int max_pages, void* stream = nullptr) {
+    return make_decode_args(q.ptr, block_table.ptr, max_pages, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count,
+                            stream);
+  }
+};
+
 struct GpuCase {
   int heads = 16;
   int q_len = 1;
@@ -97,34 +133,20 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   options.static_splits = c.static_splits;
   DevicePlan plan = DevicePlan::create(config, c.seqlens, options);
 
-  DeviceArray<ref::Bf16> q(data.q), cache(data.cache);
-  DeviceArray<int32_t> block_table(data.block_table), seqlens(data.seqlens);
-  const size_t rows = size_t(p.batch) * p.q_len * p.heads;
-  DeviceArray<ref::Bf16> out(rows * 512);
-  DeviceArray<float> lse(rows);
-  DeviceArray<uint8_t> ws(plan.workspace_bytes());
-  out.poison();
-  lse.poison();
-  ws.poison();
-  init_workspace(ws.ptr, ws.count, nullptr);
-  KvCache kv(cache.ptr, p.num_pages, 64);
-  DecodeArgs args;
-  args.q = q.ptr;
-  args.block_table = block_table.ptr;
-  args.max_pages = p.max_pages;
-  args.seqlens = seqlens.ptr;
-  args.out = out.ptr;
-  args.lse = lse.ptr;
-  args.workspace = ws.ptr;
-  args.workspace_bytes = ws.count;
-  decode(plan, kv, args);
+  DeviceProblem dev(data, plan);
+  dev.out.poison();
+  dev.lse.poison();
+  dev.ws.poison();
+  init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
+  KvCache kv(dev.cache.ptr, p.num_pages, 64);
+  decode(plan, kv, dev.args(p.max_pages));
   GpuResult r;
-  r.device_errors = read_device_errors(ws.ptr, nullptr);
+  r.device_errors = read_device_errors(dev.ws.ptr, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "decode");
 
   ref::Outputs expect = ref::reference_decode(p, data.inputs());
-  std::vector<ref::Bf16> got_out = out.download();
-  std::vector<float> got_lse = lse.download();
+  std::vector<ref::Bf16> got_out = dev.out.download();
+  std::vector<float> got_lse = dev.lse.download();
   std::vector<double> o(got_out.size()), l(got_lse.size());
   for (size_t i = 0; i < o.size(); ++i) o[i] = ref::bf16_to_float(got_out[i]);
   for (size_t i = 0; i < l.size(); ++i) l[i] = got_lse[i];

@@ -66,15 +66,7 @@ TEST(GpuSmoke, DeviceSideErrorsAreReportedNotFaulted) {
   DeviceArray<uint8_t> ws(plan.workspace_bytes());
   init_workspace(ws.ptr, ws.count, nullptr);
   KvCache kv(cache.ptr, 4, 64);
-  DecodeArgs args;
-  args.q = q.ptr;
-  args.block_table = block_table.ptr;
-  args.max_pages = 2;
-  args.seqlens = seqlens.ptr;
-  args.out = out.ptr;
-  args.lse = lse.ptr;
-  args.workspace = ws.ptr;
-  args.workspace_bytes = ws.count;
+  DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 2, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
   decode(plan, kv, args);
   const uint32_t bits = read_device_errors(ws.ptr, nullptr);
   EXPECT_TRUE(bits & kErrPageIndexOutOfRange) << describe_device_errors(bits);
