@@ -14,7 +14,6 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   KBMLA_REQUIRE_SM90();
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<int> heads_d(1, 128), q_d(1, 9), log_b(0, 8), coin(0, 3);
-  int compared = 0;
   for (int i = 0; i < 150; ++i) {
     DecodeConfig config;
     config.heads = heads_d(rng);
@@ -45,9 +44,7 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
     EXPECT_EQ(got.zero_fill, want.zero_fill);
     EXPECT_EQ(got.counts.num_slots, want.counts.num_slots);
     EXPECT_EQ(got.counts.num_items, want.counts.num_items);
-    ++compared;
   }
-  EXPECT_EQ(compared, 150);
 }
 
 TEST(GpuPlanner, NegativeSeqlenFailsThePlanAndRaisesTheErrorWord) {
