@@ -1,6 +1,7 @@
-// Producer role: one thread walks the items and keeps the Q tile and the KV stage ring
-// fed by TMA. The KV loader is the extension point for other page sizes and dtypes
-// (issue 5): it maps (request, KV block) to TMA boxes and flags blocks it cannot load.
+// Producer role: two threads of the producer warpgroup walk the same items as the
+// consumers; one keeps the KV stage ring fed by TMA, the other loads each item's Q tile.
+// PagedKvLoader64 is the extension point for other page sizes and dtypes (issue 5): it
+// maps (request, KV block) to TMA boxes and flags blocks it cannot load.
 #pragma once
 
 #include "src/sm90/decode/primitives.cuh"
