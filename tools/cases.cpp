@@ -1,5 +1,6 @@
 #include "tools/cases.hpp"
 
+#include <climits>
 #include <cstdlib>
 #include <fstream>
 
@@ -47,6 +48,28 @@ const BenchCase& find_case(const std::vector<BenchCase>& cases, const std::strin
   std::string names;
   for (const auto& c : cases) names += "\n  " + c.name;
   throw Error(detail::concat("no case named '", name, "'; known cases:", names));
+}
+
+std::vector<int32_t> parse_seqlens_csv(const std::string& csv) {
+  std::vector<int32_t> out;
+  size_t pos = 0;
+  while (pos <= csv.size()) {
+    const size_t comma = csv.find(',', pos);
+    const std::string tok = csv.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(tok, &used);
+    } catch (...) {
+      used = 0;
+    }
+    require(used == tok.size() && !tok.empty() && v >= 0 && v <= INT32_MAX, "--seqlens: '", tok,
+            "' is not an integer in 0..", INT32_MAX);
+    out.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
 }
 
 std::string default_cases_path() {

@@ -2,6 +2,7 @@
 // kernel's figures, plus the project's own cases.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,10 @@ struct BenchCase {
 // Throws kbmla::Error naming the file and the problem.
 std::vector<BenchCase> load_cases(const std::string& path);
 const BenchCase& find_case(const std::vector<BenchCase>& cases, const std::string& name);
+// "1000,77,0" -> {1000, 77, 0}; throws kbmla::Error naming a token that is not an integer
+// in 0..2^31-1.
+std::vector<int32_t> parse_seqlens_csv(const std::string& csv);
+
 // The cases file shipped with the source tree (compile-time path), or $KBMLA_CASES.
 std::string default_cases_path();
 

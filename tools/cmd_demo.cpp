@@ -1,8 +1,9 @@
-// `kbmla demo`: the main job. Plans a small Kimi-K3-shaped batch (16 heads, q_len 4,
-// ragged seqlens around page boundaries), runs the split emulation of the plan against
-// the float64 reference, and, where an sm_90 GPU is present, the decode kernel on the
-// same batch (poisoned cache and outputs) against the same reference. Exits 1 if a check
-// fails.
+// `kbmla demo` (the main job) and `kbmla check`. Both build a random bf16 paged cache in
+// random page order with NaN in every unused page and tail, plan the batch, run the split
+// emulation of the work-list plan against the float64 reference, and, where an sm_90 GPU
+// is present, the decode kernel (outputs NaN-poisoned) against the same reference. The
+// demo uses a small Kimi-K3-shaped batch (16 heads, q_len 4, ragged seqlens around page
+// boundaries); check takes any shape, seqlens and policy. Exit 1 if a check fails.
 #include <string>
 #include <vector>
 
@@ -18,18 +19,30 @@
 #include "reference/random_problem.hpp"
 #include "reference/reference.hpp"
 #include "kbmla/error.hpp"
+#include "tools/cases.hpp"
 #include "tools/commands.hpp"
 
 namespace kbmla::tools {
 
 namespace {
 
-struct DemoOptions {
+struct CheckOptions {
   int heads = 16;
   int q_len = 4;
-  int sms = 132;
+  int sms = 0;  // 0: every SM of the GPU (132 for the CPU emulation)
   uint64_t seed = 2026;
+  std::string seqlens_csv;
+  std::string policy = "worklist";
+  bool no_causal = false;
+  double scale = 0;  // 0: 1 / sqrt(192), Kimi K3
 };
+
+Policy parse_policy(const std::string& n) {
+  if (n == "worklist") return Policy::kWorkList;
+  if (n == "static") return Policy::kStatic;
+  if (n == "static_persistent") return Policy::kStaticPersistent;
+  throw Error(detail::concat("--policy '", n, "' is not one of worklist, static, static_persistent"));
+}
 
 void cuda_check(cudaError_t e, const char* what) { require(e == cudaSuccess, what, ": ", cudaGetErrorString(e)); }
 
@@ -43,12 +56,13 @@ T* upload(const std::vector<T>& host) {
 
 // The decode kernel on the demo batch, outputs NaN-poisoned first, against the reference.
 bool run_gpu_check(const ref::Problem& problem, const ref::RandomProblem<ref::Bf16>& data,
-                   const std::vector<int32_t>& seqlens, const ref::Outputs& expected) {
+                   const std::vector<int32_t>& seqlens, const ref::Outputs& expected, const PlanOptions& options) {
   DecodeConfig config;
   config.heads = problem.heads;
   config.q_len = problem.q_len;
+  config.causal = problem.causal;
   config.softmax_scale = float(problem.scale);
-  DevicePlan plan = DevicePlan::create(config, seqlens);
+  DevicePlan plan = DevicePlan::create(config, seqlens, options);
   const size_t rows = size_t(problem.batch) * problem.q_len * problem.heads;
   ref::Bf16* q = upload(data.q);
   ref::Bf16* cache = upload(data.cache);
@@ -87,14 +101,18 @@ bool run_gpu_check(const ref::Problem& problem, const ref::RandomProblem<ref::Bf
   ref::Comparison cmp = ref::compare(problem, expected, o, l);
   const bool ok = !cmp.any_nan && !cmp.infinite_lse_mismatch && cmp.rel_frobenius < 1e-2 && cmp.worst_row_rel < 3e-2 &&
                   cmp.lse_max_abs < 1e-3;
-  fmt::print("GPU decode ({} CTAs, {} work items) vs float64 reference: rel error {:.2e}, worst row {:.2e}, "
+  fmt::print("GPU decode ({}, {} CTAs, {} work items) vs float64 reference: rel error {:.2e}, worst row {:.2e}, "
              "lse abs {:.2e} -> {}\n",
-             plan.options().num_ctas, plan.host_plan().counts.num_items, cmp.rel_frobenius, cmp.worst_row_rel,
-             cmp.lse_max_abs, ok ? "PASS" : "FAIL");
+             policy_name(plan.options().policy), plan.options().num_ctas, plan.host_plan().counts.num_items,
+             cmp.rel_frobenius, cmp.worst_row_rel, cmp.lse_max_abs, ok ? "PASS" : "FAIL");
   return ok;
 }
 
-int run_demo(const DemoOptions& o) {
+// `emulation_ctas`: the CTA budgets whose work-list plans are emulated on the CPU.
+int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const std::vector<int>& emulation_ctas,
+              const char* label) {
+  require(!seqlens.empty(), label, ": no seqlens given");
+  const Policy policy = parse_policy(o.policy);
   DeviceInfo dev = query_device();
   if (dev.present) {
     fmt::print("GPU: {} (compute capability {}.{}, {} SMs){}\n", dev.name, dev.cc.major, dev.cc.minor,
@@ -102,13 +120,12 @@ int run_demo(const DemoOptions& o) {
   } else {
     fmt::print("No usable GPU ({}): running plan + split emulation on the CPU.\n", dev.reason);
   }
-
-  const std::vector<int32_t> seqlens = {0, 1, 3, 63, 64, 65, 127, 700, 2049, 5000, 300, 12};
   ref::Problem problem;
   problem.batch = int(seqlens.size());
   problem.q_len = o.q_len;
   problem.heads = o.heads;
-  problem.scale = 1.0 / std::sqrt(192.0);  // Kimi K3
+  problem.causal = !o.no_causal;
+  problem.scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(192.0);
   problem.page_size = 64;
   auto data = ref::make_random_problem<ref::Bf16>(problem, seqlens, o.seed);
   problem = data.problem;
@@ -117,18 +134,19 @@ int run_demo(const DemoOptions& o) {
   shape.batch = problem.batch;
   shape.q_len = problem.q_len;
   shape.heads = problem.heads;
+  shape.causal = problem.causal;
   shape.cluster_size = sm90_cluster_size(problem.heads, problem.q_len);
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
-  shape.num_ctas = o.sms;
   shape.cost = sm90_bf16_cost_model(std::min(problem.heads * problem.q_len, kSm90RowsPerCta));
 
-  fmt::print("batch {}: heads {}, q_len {}, seqlens", problem.batch, problem.heads, problem.q_len);
-  for (int32_t s : seqlens) fmt::print(" {}", s);
-  fmt::print("; bf16 paged cache, page 64, random page order, unused pages NaN\n");
+  fmt::print("batch {}: heads {}, q_len {}, {}, seqlens", problem.batch, problem.heads, problem.q_len,
+             problem.causal ? "causal" : "not causal");
+  for (size_t i = 0; i < seqlens.size() && i < 16; ++i) fmt::print(" {}", seqlens[i]);
+  fmt::print("{}; bf16 paged cache, page 64, random page order, unused pages NaN\n", seqlens.size() > 16 ? " ..." : "");
 
   ref::Outputs expected = ref::reference_decode(problem, data.inputs());
   bool all_ok = true;
-  for (int ctas : {o.sms, 7}) {
+  for (int ctas : emulation_ctas) {
     shape.num_ctas = ctas;
     HostPlan plan = make_host_plan(shape, seqlens);
     ref::Outputs got = ref::emulate_split_decode(problem, data.inputs(), plan);
@@ -142,21 +160,46 @@ int run_demo(const DemoOptions& o) {
                ctas, plan.counts.num_items, plan.counts.num_slots, wl.max_over_mean(), cmp.rel_frobenius,
                cmp.worst_row_rel, cmp.lse_max_abs, ok ? "PASS" : "FAIL");
   }
-  if (dev.supported) all_ok = run_gpu_check(problem, data, seqlens, expected) && all_ok;
-  fmt::print("{}\n", all_ok ? "demo: PASS" : "demo: FAIL");
+  if (dev.supported) {
+    PlanOptions options;
+    options.policy = policy;
+    options.num_ctas = o.sms;
+    all_ok = run_gpu_check(problem, data, seqlens, expected, options) && all_ok;
+  }
+  fmt::print("{}: {}\n", label, all_ok ? "PASS" : "FAIL");
   return all_ok ? 0 : 1;
 }
 
 }  // namespace
 
 Action add_demo_command(CLI::App& app) {
-  auto o = std::make_shared<DemoOptions>();
+  auto o = std::make_shared<CheckOptions>();
   CLI::App* cmd = app.add_subcommand("demo", "Plan a Kimi-K3-shaped batch and check it against the reference");
   cmd->add_option("--heads", o->heads, "Query heads")->check(CLI::Range(1, 128));
   cmd->add_option("--q-len", o->q_len, "Query tokens per request")->check(CLI::Range(1, 16));
-  cmd->add_option("--sms", o->sms, "CTA budget")->check(CLI::Range(1, 4096));
+  cmd->add_option("--sms", o->sms, "CTA budget (0: every SM)")->check(CLI::Range(0, 4096));
   cmd->add_option("--seed", o->seed, "Random seed");
-  return [o] { return run_demo(*o); };
+  return [o] {
+    const std::vector<int32_t> seqlens = {0, 1, 3, 63, 64, 65, 127, 700, 2049, 5000, 300, 12};
+    return run_check(*o, seqlens, {o->sms > 0 ? o->sms : 132, 7}, "demo");
+  };
+}
+
+Action add_check_command(CLI::App& app) {
+  auto o = std::make_shared<CheckOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "check", "Check one batch shape against the float64 reference (GPU decode where present, else emulation)");
+  cmd->add_option("--seqlens", o->seqlens_csv, "Comma-separated KV lengths, one per request")->required();
+  cmd->add_option("--heads", o->heads, "Query heads")->check(CLI::Range(1, 128));
+  cmd->add_option("--q-len", o->q_len, "Query tokens per request")->check(CLI::Range(1, 16));
+  cmd->add_option("--policy", o->policy, "worklist, static or static_persistent (GPU decode)");
+  cmd->add_option("--sms", o->sms, "CTA budget (0: every SM; 132 for the emulation)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--scale", o->scale, "Softmax scale (default 1/sqrt(192))")->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
+  cmd->add_option("--seed", o->seed, "Random seed");
+  return [o] {
+    return run_check(*o, parse_seqlens_csv(o->seqlens_csv), {o->sms > 0 ? o->sms : 132}, "check");
+  };
 }
 
 }  // namespace kbmla::tools

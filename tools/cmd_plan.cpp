@@ -48,26 +48,6 @@ struct PlanReport {
   std::vector<PolicyReport> policies;
 };
 
-std::vector<int32_t> parse_seqlens(const std::string& csv) {
-  std::vector<int32_t> out;
-  size_t pos = 0;
-  while (pos <= csv.size()) {
-    size_t comma = csv.find(',', pos);
-    std::string tok = csv.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    try {
-      size_t used = 0;
-      long long v = std::stoll(tok, &used);
-      require(used == tok.size() && v >= 0 && v <= INT32_MAX, "bad");
-      out.push_back(static_cast<int32_t>(v));
-    } catch (...) {
-      throw Error(detail::concat("--seqlens: '", tok, "' is not an integer in 0..", INT32_MAX));
-    }
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
 PlanReport make_report(const std::string& name, const PlanShape& shape, const std::vector<int32_t>& seqlens) {
   PlanReport r;
   r.name = name;
@@ -157,7 +137,7 @@ int run_plan(const PlanOptions& o) {
   require(o.seqlens_csv.empty() != o.case_name.empty(), "plan: give exactly one of --seqlens or --case");
   std::vector<PlanReport> reports;
   if (!o.seqlens_csv.empty()) {
-    std::vector<int32_t> seqlens = parse_seqlens(o.seqlens_csv);
+    std::vector<int32_t> seqlens = parse_seqlens_csv(o.seqlens_csv);
     reports.push_back(make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o), seqlens));
   } else {
     std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);

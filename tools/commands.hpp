@@ -23,5 +23,6 @@ inline void add_cost_options(CLI::App* cmd, CostModel& cost) {
 Action add_plan_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);
+Action add_check_command(CLI::App& app);
 
 }  // namespace kbmla::tools

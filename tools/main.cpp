@@ -1,4 +1,4 @@
-// kbmla: plan | demo | bench.
+// kbmla: plan | demo | check | bench.
 #include <cstdio>
 #include <exception>
 #include <map>
@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   actions["plan"] = kbmla::tools::add_plan_command(app);
   actions["demo"] = kbmla::tools::add_demo_command(app);
   actions["bench"] = kbmla::tools::add_bench_command(app);
+  actions["check"] = kbmla::tools::add_check_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
