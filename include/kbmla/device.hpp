@@ -23,10 +23,6 @@ struct DeviceInfo {
 
 DeviceInfo query_device(int ordinal = 0);
 
-// Fills `count` floats at `ptr` (device memory) with `value` on `stream` (a cudaStream_t).
-// Tests use it to poison outputs with NaN. Throws kbmla::Error on a CUDA error.
-void fill_device_f32(float* ptr, size_t count, float value, void* stream);
-
 // Fills `count` bf16 values at `ptr` with uniform values in [-1, 1) from a counter hash
 // of (seed, index): the same seed gives the same bytes. For benchmarks, whose caches are
 // too large to generate on the host.

@@ -23,9 +23,6 @@ struct HostPlan {
   std::vector<int32_t> zero_fill;      // [counts.num_zero_fill]
   std::vector<int64_t> cluster_cost;   // [counts.num_clusters], the cost model's load per slot
 
-  SplitTableView split_table() const {
-    return {num_splits.data(), first_slot.data(), bounds_offset.data(), bounds.data()};
-  }
   // Bytes of workspace the decode needs for this plan (partials of split requests).
   size_t workspace_bytes(int d_v) const;
 };
