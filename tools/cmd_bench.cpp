@@ -22,6 +22,7 @@
 #include "kbmla/device.hpp"
 #include "kbmla/error.hpp"
 #include "src/runtime/decode_internal.hpp"
+#include "src/sm90/decode/kernel.hpp"
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
 
@@ -162,10 +163,14 @@ int run_bench(const BenchOptions& o) {
   require(dev.supported, "bench needs an sm_90 GPU: ", dev.reason);
   cudaStream_t stream;
   cuda_check(cudaStreamCreate(&stream), "stream");
-  const int sms = o.sms > 0 ? o.sms : dev.sm_count;
+  // 0 lets the library choose: every SM, or for 2-CTA clusters every SM the device can
+  // co-schedule in clusters.
+  const int sms = o.sms;
+  const int pair_clusters = sm90::max_active_clusters(2);
   const double copy_gbps = measure_copy_gbps(stream);
-  fmt::print("GPU {} ({} SMs, L2 {} MiB); copy ceiling {:.0f} GB/s (2 GiB device-to-device, read + write)\n",
-             dev.name, dev.sm_count, dev.l2_bytes >> 20, copy_gbps);
+  fmt::print("GPU {} ({} SMs, {} co-resident 2-CTA clusters, L2 {} MiB); copy ceiling {:.0f} GB/s (2 GiB "
+             "device-to-device, read + write)\n",
+             dev.name, dev.sm_count, pair_clusters, dev.l2_bytes >> 20, copy_gbps);
 
   std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
   std::vector<std::string> policies;
@@ -409,7 +414,7 @@ int run_bench(const BenchOptions& o) {
     std::time_t now = std::time(nullptr);
     char date[32];
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    nlohmann::json doc = {{"gpu", dev.name}, {"sm_count", dev.sm_count}, {"ctas", sms}, {"commit", o.commit},
+    nlohmann::json doc = {{"gpu", dev.name}, {"sm_count", dev.sm_count}, {"ctas", sms}, {"max_active_2cta_clusters", pair_clusters}, {"commit", o.commit},
                           {"date", date},    {"copy_gbps", copy_gbps},   {"results", results}};
     std::ofstream f(o.json_path);
     require(f.good(), "bench: cannot write '", o.json_path, "'");
@@ -432,7 +437,7 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--commit", o->commit, "Commit recorded in the JSON");
   cmd->add_option("--runs", o->runs, "Timed runs per measurement (median)")->check(CLI::Range(50, 100000));
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
-  cmd->add_option("--sms", o->sms, "CTA budget (default: every SM)")->check(CLI::Range(0, 4096));
+  cmd->add_option("--sms", o->sms, "CTA budget (default 0: every SM, or every SM co-scheduled in 2-CTA clusters)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");
   cmd->add_option("--svg-dir", o->svg_dir, "With --balance: write <dir>/<case>.svg, one panel per policy");

@@ -120,13 +120,18 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   return shape;
 }
 
-int resolve_num_ctas(int requested) {
+// 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
+// (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the
+// persistent grid waits for another to finish.
+int resolve_num_ctas(int requested, const DecodeConfig& config) {
   if (requested != 0) return requested;
   int d = 0;
   cudaGetDevice(&d);
   DeviceInfo dev = query_device(d);
   require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
-  return dev.sm_count;
+  const int cluster = sm90_cluster_size(config.heads, config.q_len);
+  if (cluster == 1 || !dev.supported) return dev.sm_count;
+  return std::min(dev.sm_count, cluster * sm90::max_active_clusters(cluster));
 }
 }  // namespace
 
@@ -138,7 +143,7 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
-  impl->options.num_ctas = resolve_num_ctas(options.num_ctas);
+  impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
   impl->device_planned = true;
   PlanShape shape = decode_plan_shape(config, batch, impl->options);
   shape.fixed_grid = true;
@@ -256,7 +261,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
-  impl->options.num_ctas = resolve_num_ctas(options.num_ctas);
+  impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
   PlanShape shape = decode_plan_shape(config, int(seqlens.size()), impl->options);
   if (options.policy == Policy::kWorkList) {
     impl->host = make_host_plan(shape, seqlens);

@@ -42,6 +42,16 @@ std::vector<GpuCase> sweep_cases() {
   cases.push_back({16, 9, {133}, Policy::kStatic, 0, 3, true, seed++});
   cases.push_back({16, 9, {64 * 40 + 3}, Policy::kWorkList, 40, 0, true, seed++});
   cases.push_back({96, 9, {64 * 20 + 2, 5}, Policy::kWorkList, 24, 0, true, seed++});
+  // 2-CTA clusters (more than 64 rows): the second CTA with no rows (33 x 4 = 132 rows:
+  // the last q tile has 4), with one row (65 heads), CTAs of one cluster seeing different
+  // keys (16 x 8, causal: rows 0..63 are queries 0..3, rows 64..127 queries 4..7), an odd
+  // CTA budget (7 -> 3 clusters), and each policy.
+  cases.push_back({33, 4, {700, 0, 130}, Policy::kWorkList, 0, 0, true, seed++});
+  cases.push_back({33, 4, {700, 0, 130}, Policy::kStatic, 0, 2, true, seed++});
+  cases.push_back({65, 1, {1000, 64, 3}, Policy::kStaticPersistent, 0, 3, true, seed++});
+  cases.push_back({16, 8, {129, 4096, 60}, Policy::kWorkList, 7, 0, true, seed++});
+  cases.push_back({16, 8, {2000}, Policy::kStatic, 0, 3, true, seed++});
+  cases.push_back({96, 2, {64 * 9 + 1, 1}, Policy::kWorkList, 0, 0, false, seed++});
   // Small CTA budgets and a non-causal multi-token case.
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});

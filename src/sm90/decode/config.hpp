@@ -5,6 +5,10 @@
 //   warpgroup 1  consumer 0: S = Q K^T of the block (64 x 64), online softmax, P and the
 //                per-row rescale factors to shared memory; O columns 0..255
 //   warpgroup 2  consumer 1: O columns 256..511 from the shared P and factors
+// More than 64 rows (heads x q_len): a 2-CTA cluster per 128-row q tile, each CTA 64
+// rows; each producer loads every other KV box with TMA multicast into both CTAs, and a
+// stage is refilled once the consumer warps of both CTAs released it, so each KV byte is
+// read once per q tile (not once per 64 rows).
 // S is computed once, by one warpgroup with N = 64, so Q is read from shared memory once
 // per block: 144 KB of operand traffic per block instead of 216 KB when each warpgroup
 // computed half of the tokens (each then needed all of Q). Shared-memory bandwidth
@@ -36,6 +40,7 @@ constexpr int kQkBoxes = kDqk / kBoxCols;  // 9
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr int kConsumerThreads = 256;
+constexpr int kConsumerWarps = kConsumerThreads / 32;
 constexpr int kColsPerConsumer = kDv / 2;             // 256: the N of each consumer's PV wgmma
 constexpr int kProducerRegs = 56;
 constexpr int kConsumerRegs = 224;

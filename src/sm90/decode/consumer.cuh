@@ -93,7 +93,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       if constexpr (Mode == KernelMode::kLoadOnly) {
-        Mbarrier::arrive(empty + stage);
+        release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
       float alpha0, alpha1;
@@ -178,7 +178,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       wgmma_wait<0>();
       fence_accumulators(o);
       if constexpr (!softmax_owner) named_arrive(kBarPFree, kConsumerThreads);
-      Mbarrier::arrive(empty + stage);
+      release_stage(empty + stage, lane, p.cluster_size);
     }
     Mbarrier::arrive(q_empty);
     ++item_count;

@@ -12,6 +12,7 @@ template <KernelMode Mode>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
+  // Uniform over the grid (one header), so a cluster leaves together before any multicast.
   if (p.plan_header != nullptr && p.plan_header->status != 0) {
     if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
     return;
@@ -26,11 +27,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
     for (int s = 0; s < kStages; ++s) {
       Mbarrier::init(bars + 2 + s, 1);                         // full
-      Mbarrier::init(bars + 2 + kStages + s, kConsumerThreads); // empty
+      Mbarrier::init(bars + 2 + kStages + s, kConsumerWarps * p.cluster_size);  // empty (release_stage)
     }
     cutlass::arch::fence_barrier_init();
   }
-  __syncthreads();
+  if (p.cluster_size > 1) {
+    cluster_barrier();
+  } else {
+    __syncthreads();
+  }
   // The combine (a programmatic dependent) may launch now; it waits for this grid's
   // completion before reading anything, so this only hides its launch latency.
   asm volatile("griddepcontrol.launch_dependents;");
@@ -50,6 +55,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     set_max_registers_inc<kConsumerRegs>();
     run_consumer<Mode, false>(p, smem);
   }
+  if (p.cluster_size > 1) cluster_barrier();
 }
 
 namespace {
@@ -60,11 +66,51 @@ void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const Deco
       mla_decode_bf16_kernel<Mode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  mla_decode_bf16_kernel<Mode><<<grid, kThreads, SmemLayout::alloc, stream>>>(q_map, kv_map, p);
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = SmemLayout::alloc;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(p.cluster_size);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  require(grid.x % unsigned(p.cluster_size) == 0, "decode: grid.x (", grid.x, ") is not a multiple of the cluster size (",
+          p.cluster_size, ")");
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode>, q_map, kv_map, p);
+  require(launch_err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
 }
 }  // namespace
+
+int max_active_clusters(int cluster_size) {
+  require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
+  auto kernel = mla_decode_bf16_kernel<KernelMode::kFull>;
+  const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(cluster_size));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = SmemLayout::alloc;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(cluster_size);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  require(err == cudaSuccess, "decode: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(err));
+  require(clusters > 0, "decode: no ", cluster_size, "-CTA cluster of this kernel fits on the device");
+  return clusters;
+}
 
 void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode) {

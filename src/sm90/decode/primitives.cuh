@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <utility>
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/arch/mma_sm90_desc.hpp>
 #include <cute/arch/mma_sm90_gmma.hpp>
@@ -60,6 +61,37 @@ __device__ __forceinline__ void tma_load_q_box(const CUtensorMap* map, uint64_t*
 __device__ __forceinline__ void tma_load_kv_box(const CUtensorMap* map, uint64_t* bar, void* dst, int col, int token,
                                                 int page) {
   cute::SM90_TMA_LOAD_3D::copy(map, bar, 0, dst, col, token, page);
+}
+
+// The same box into the same shared-memory offset of every CTA in `cta_mask` (the 2-CTA
+// cluster of more than 64 rows); each destination's mbarrier at `bar`'s offset receives
+// the bytes it got.
+__device__ __forceinline__ void tma_load_kv_box_multicast(const CUtensorMap* map, uint64_t* bar, void* dst, int col,
+                                                          int token, int page, uint16_t cta_mask) {
+  cute::SM90_TMA_LOAD_MULTICAST_3D::copy(map, bar, cta_mask, 0, dst, col, token, page);
+}
+
+// Rank of this CTA in its cluster (0 without a cluster launch).
+__device__ __forceinline__ int cta_rank_in_cluster() { return int(cute::block_rank_in_cluster()); }
+
+// Every thread of every CTA in the cluster: barrier inits visible cluster-wide before any
+// remote arrive or multicast, and no CTA leaves while its peer may still write into it.
+__device__ __forceinline__ void cluster_barrier() {
+  cute::cluster_arrive();
+  cute::cluster_wait();
+}
+
+// A consumer warp gives a KV stage back. The stage's empty barrier counts one arrival per
+// consumer warp of every CTA that receives the stage (8 x cluster size): with multicast a
+// producer may refill a stage only when both CTAs are done with their copies. Lane c
+// arrives on CTA c's barrier, after every lane of the warp finished reading the stage.
+__device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane, int cluster_size) {
+  __syncwarp();
+  if (cluster_size == 1) {
+    if (lane == 0) Mbarrier::arrive(empty_bar);
+  } else if (lane < cluster_size) {
+    Mbarrier::arrive(empty_bar, uint32_t(lane), 1u);
+  }
 }
 
 // wgmma shared-memory descriptors for the 128-byte swizzle (start address 1024-aligned

@@ -26,10 +26,19 @@ struct PagedKvLoader64 {
     return kErrPageIndexOutOfRange;
   }
 
-  __device__ __forceinline__ void issue(int32_t page, uint64_t* bar, uint8_t* stage) const {
+  // Every CTA of the cluster expects the whole stage; in a 2-CTA cluster each producer
+  // issues every other box, multicast to both, so each KV byte leaves L2 once per q tile.
+  __device__ __forceinline__ void issue(int32_t page, uint64_t* bar, uint8_t* stage, int cluster_size,
+                                        int rank) const {
     Mbarrier::arrive_and_expect_tx(bar, kTileBytes);
+    if (cluster_size == 1) {
 #pragma unroll
-    for (int j = 0; j < kQkBoxes; ++j) tma_load_kv_box(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page);
+      for (int j = 0; j < kQkBoxes; ++j) tma_load_kv_box(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page);
+    } else {
+      for (int j = rank; j < kQkBoxes; j += 2) {
+        tma_load_kv_box_multicast(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page, uint16_t{0x3});
+      }
+    }
   }
 };
 
@@ -66,6 +75,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
   uint32_t errors = 0;
   int block_count = 0;
+  const int rank = cta_rank_in_cluster();
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -83,7 +93,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       if constexpr (Mode == KernelMode::kMathOnly) {
         Mbarrier::arrive(full + stage);
       } else {
-        kv.issue(page, full + stage, smem + SmemLayout::kv + stage * kTileBytes);
+        kv.issue(page, full + stage, smem + SmemLayout::kv + stage * kTileBytes, p.cluster_size, rank);
       }
     }
   }

@@ -70,9 +70,14 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
     L = static_cast<int>(capacity);
   }
   it.seqlen = L;
-  it.row_begin = w.q_tile * p.tile_rows + w.cta_in_cluster * kRowsPerCta;
+  // Both CTAs of a cluster share the KV stream (multicast), so whether an item runs and
+  // which blocks it covers are decided on the whole q tile: a CTA whose 64 rows lie past
+  // the request's rows (or see fewer keys than its peer's) still loads its half of every
+  // box and masks; its epilogue writes nothing for rows >= p.rows.
+  const int tile_begin = w.q_tile * p.tile_rows;
+  it.row_begin = tile_begin + w.cta_in_cluster * kRowsPerCta;
   const int ns = p.splits.num_splits[w.batch];
-  it.run = it.row_begin < p.rows && ns > 0 && w.split < ns;
+  it.run = tile_begin < p.rows && ns > 0 && w.split < ns;
   if (!it.run) return it;
   const int off = p.splits.bounds_offset[w.batch];
   const int b0 = p.splits.bounds[off + w.split];
@@ -81,7 +86,7 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   // The last split must end exactly at the request's last block: otherwise the seqlens
   // on the device are not the ones the plan was made for.
   if (w.split == ns - 1 && b1 != blocks) it.errors |= kErrPlanMismatch;
-  const int last_row = min(p.rows, it.row_begin + kRowsPerCta) - 1;
+  const int last_row = min(p.rows, tile_begin + p.tile_rows) - 1;
   const int visible_blocks = (visible_keys(p, L, last_row) + kBlockTokens - 1) / kBlockTokens;
   it.blk_begin = b0;
   it.blk_end = max(b0, min(b1, visible_blocks));
