@@ -110,42 +110,62 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         wgmma_wait<0>();
         fence_accumulators(s);
 
-        // Mask (causal and seqlen tail), scale into the log2 domain, row maxima.
+        // Mask (causal and seqlen tail) only where some row of the warp sees a masked key;
+        // most blocks are fully visible and skip the 32 compares.
         const int key0 = blk * kBlockTokens + col_pair;
+        if (__any_sync(0xffffffff, (blk + 1) * kBlockTokens > min(vis0, vis1))) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key0 + 8 * i + e;
+              if (key >= vis0) s[4 * i + e] = neg_inf;
+              if (key >= vis1) s[4 * i + 2 + e] = neg_inf;
+            }
+          }
+        }
         float mx0 = neg_inf, mx1 = neg_inf;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int key = key0 + 8 * i + e;
-            s[4 * i + e] = key < vis0 ? s[4 * i + e] * p.scale_log2 : neg_inf;
-            s[4 * i + 2 + e] = key < vis1 ? s[4 * i + 2 + e] * p.scale_log2 : neg_inf;
-            mx0 = fmaxf(mx0, s[4 * i + e]);
-            mx1 = fmaxf(mx1, s[4 * i + 2 + e]);
-          }
+          mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
+          mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
         }
-        const float new0 = fmaxf(m0, quad_max(mx0)), new1 = fmaxf(m1, quad_max(mx1));
-        // A row that has seen no key keeps max -inf; subtract 0 then so exp2 gives 0, not NaN.
-        const float base0 = new0 == neg_inf ? 0.f : new0;
-        const float base1 = new1 == neg_inf ? 0.f : new1;
-        alpha0 = fast_exp2(m0 - base0);
-        alpha1 = fast_exp2(m1 - base1);
-        m0 = new0;
-        m1 = new1;
+        // Lazy rescaling: the reference max m moves only when the block's max exceeds it by
+        // more than kRescaleSlack (log2 units), so P <= 2^kRescaleSlack (exact enough in
+        // bf16, no overflow of the fp32 sums) and most blocks leave O alone (alpha = 1):
+        // the 128-multiply rescale of O was the largest item between S and PV.
+        const float bm0 = quad_max(mx0) * p.scale_log2, bm1 = quad_max(mx1) * p.scale_log2;
+        alpha0 = 1.f;
+        alpha1 = 1.f;
+        if (bm0 > m0 + kRescaleSlack) {
+          alpha0 = fast_exp2(m0 - bm0);  // 0 when m0 = -inf (O and l are still 0)
+          m0 = bm0;
+        }
+        if (bm1 > m1 + kRescaleSlack) {
+          alpha1 = fast_exp2(m1 - bm1);
+          m1 = bm1;
+        }
+        // A row that has seen no key keeps m = -inf; subtract 0 then so exp2 gives 0, not NaN.
+        const float neg_base0 = m0 == neg_inf ? 0.f : -m0;
+        const float neg_base1 = m1 == neg_inf ? 0.f : -m1;
         const int tail_row = it.seqlen - blk * kBlockTokens;
         if (tail_row < kBlockTokens) zero_tail_rows(smem + SmemLayout::kv + stage * kTileBytes, tail_row, tid);
         // Consumer 1 must be done with the previous block's P and factors.
         if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
         float sum0 = 0.f, sum1 = 0.f;
+        const uint32_t p_row0 = swizzled_offset(r0, col_pair), p_row1 = swizzled_offset(r1, col_pair);
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const float p00 = fast_exp2(s[4 * i + 0] - base0), p01 = fast_exp2(s[4 * i + 1] - base0);
-          const float p10 = fast_exp2(s[4 * i + 2] - base1), p11 = fast_exp2(s[4 * i + 3] - base1);
+          const float p00 = fast_exp2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
+          const float p01 = fast_exp2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
+          const float p10 = fast_exp2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
+          const float p11 = fast_exp2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
           sum0 += p00 + p01;
           sum1 += p10 + p11;
-          const int col = 8 * i + col_pair;
-          *reinterpret_cast<__nv_bfloat162*>(p_tile + swizzled_offset(r0, col)) = __floats2bfloat162_rn(p00, p01);
-          *reinterpret_cast<__nv_bfloat162*>(p_tile + swizzled_offset(r1, col)) = __floats2bfloat162_rn(p10, p11);
+          // Swizzled address of (row, 8i + col_pair): the 16-byte chunk index is i ^ (row % 8),
+          // i.e. the row's base with bits 4..6 flipped by i.
+          *reinterpret_cast<__nv_bfloat162*>(p_tile + (p_row0 ^ (i << 4))) = __floats2bfloat162_rn(p00, p01);
+          *reinterpret_cast<__nv_bfloat162*>(p_tile + (p_row1 ^ (i << 4))) = __floats2bfloat162_rn(p10, p11);
         }
         l0 = l0 * alpha0 + sum0;  // per-thread partial: its 16 columns of every block
         l1 = l1 * alpha1 + sum1;
@@ -160,12 +180,14 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         alpha0 = row_scale[r0];
         alpha1 = row_scale[r1];
       }
+      if (__any_sync(0xffffffff, alpha0 != 1.f || alpha1 != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) {
-        o[4 * i + 0] *= alpha0;
-        o[4 * i + 1] *= alpha0;
-        o[4 * i + 2] *= alpha1;
-        o[4 * i + 3] *= alpha1;
+        for (int i = 0; i < 32; ++i) {
+          o[4 * i + 0] *= alpha0;
+          o[4 * i + 1] *= alpha0;
+          o[4 * i + 2] *= alpha1;
+          o[4 * i + 3] *= alpha1;
+        }
       }
       // O (64 x 256) += P (64 x 64) V[:, 256 wg .. 256 wg + 255], 4 k-steps of 16 tokens.
       wgmma_fence();
