@@ -68,7 +68,11 @@ struct SmemLayout {
 };
 static_assert(SmemLayout::kv % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzled tiles need 1024-byte alignment");
 static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
-static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= 65536, "register budget");
+// setmaxnreg only moves registers between the CTA's warps: the pool is what the launch
+// allocated, 168 per thread (65,536 / 384 rounded down to 8), not the SM's 65,536. A split
+// over the pool makes setmaxnreg.inc wait forever (measured: 48/232 hung).
+constexpr int kLaunchRegs = 168;
+static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
 
 // Named barriers (0 is __syncthreads): consumers only, 256 threads.
 constexpr uint32_t kBarP = 1;        // P and row_scale of the block are written

@@ -83,10 +83,12 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
     if (!it.run) continue;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
-      Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
+      // The block-table read goes before the wait: its latency (an L2 round trip) then
+      // overlaps the consumers' use of the stage instead of delaying the refill.
       int32_t page;
       const uint32_t err = kv.page_of(it.batch, blk, page);
       errors |= err;
+      Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
       // The flag is stored before the arrive that completes with the TMA bytes (release),
       // so a consumer that passed the full barrier (acquire) sees it.
       stage_flags[stage] = err != 0;
