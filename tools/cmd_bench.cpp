@@ -101,7 +101,7 @@ struct CaseData {
 struct Measurement {
   std::string policy;
   int split_kv = 0;
-  double median_us = 0, rotated_us = 0, plan_us = 0;
+  double median_us = 0, rotated_us = 0, plan_us = 0, host_us = 0;
   bool output_finite = false;
   double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
   double busy_max_us = 0, busy_mean_us = 0;
@@ -189,8 +189,8 @@ int run_bench(const BenchOptions& o) {
   for (const auto& n : policies) policy_of(n);
 
   nlohmann::json results = nlohmann::json::array();
-  fmt::print("{:<36} {:<18} {:>5} {:>10} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8}{}\n", "case", "policy", "split",
-             "median_us", "plan_us", "GB/s", "%copy", "TFLOP/s", "rotated%", "ref%",
+  fmt::print("{:<36} {:<18} {:>5} {:>10} {:>8} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8}{}\n", "case", "policy", "split",
+             "median_us", "plan_us", "host_us", "GB/s", "%copy", "TFLOP/s", "rotated%", "ref%",
              o.balance ? "  busy max/mean (max us)" : "");
   int matched = 0;
   for (const BenchCase& bc : cases) {
@@ -280,6 +280,15 @@ int run_bench(const BenchOptions& o) {
       DeviceBuffer ws(plan.workspace_bytes());
       const DecodeArgs a = case_args(plan, ws);
       m.median_us = median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode); }, runs, o.warmup, stream);
+      {
+        // Host time of one decode call (checks, Q tensor map, the launches), which the
+        // event-timed median includes: the GPU is idle when each timed run is enqueued.
+        constexpr int kHostRuns = 100;
+        const auto h0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < kHostRuns; ++i) detail::decode_with_mode(plan, kv[0], a, mode);
+        m.host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / kHostRuns;
+        cuda_check(cudaStreamSynchronize(stream), "sync");
+      }
       if (rotated_too && kv.size() > 1) {
         m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
                                  runs, o.warmup, stream);
@@ -378,15 +387,16 @@ int run_bench(const BenchOptions& o) {
       const double pct = 100.0 * gbps / copy_gbps;
       const double tflops = 2.0 * bc.q_len * bc.heads * double(tokens) * (576 + 512) / (best.median_us * 1e6);
       const double rot_pct = best.rotated_us > 0 ? 100.0 * io_bytes / (best.rotated_us * 1e3) / copy_gbps : 0;
-      fmt::print("{:<36} {:<18} {:>5} {:>10.1f} {:>8.0f} {:>8.0f} {:>7.1f} {:>8.0f} {:>10} {:>8}{}\n", bc.name,
-                 best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us, gbps,
+      fmt::print("{:<36} {:<18} {:>5} {:>10.1f} {:>8.0f} {:>8.1f} {:>8.0f} {:>7.1f} {:>8.0f} {:>10} {:>8}{}\n", bc.name,
+                 best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us,
+                 best.host_us, gbps,
                  pct, tflops, best.rotated_us > 0 ? fmt::format("{:.1f}", rot_pct) : "-",
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
                      (best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", "bf16"},
-                          {"page_size", 64},          {"median_us", best.median_us}, {"plan_us", best.plan_us},
+                          {"page_size", 64},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
                           {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
       if (best.rotated_us > 0) {

@@ -61,32 +61,51 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
   acc.w += w * v.w;
 }
 
-// Adds w_s * O_s over the splits s = first, first + step, ... < ns of one 128-column quarter.
-// Loads go out kLoadBatch at a time, unconditionally on the weight: a load behind a
-// weight test left one load in flight per warp (the combine of one 132-split request took
-// ~12 us). A split with weight 0 (LSE -inf) is skipped after the load, never multiplied:
+// The splits s = first + j * step (< ns) of one 128-column quarter that a warp merges.
+// Their partial O loads are issued before the LSE weights are known (the loads only need
+// the slot), so the LSE read and its reductions overlap the O round trip instead of
+// preceding it; later splits go out kLoadBatch at a time. Loads never wait on a weight
+// test (a load behind one left one load in flight per warp: ~12 us for a 132-split
+// request). A split of weight 0 (LSE -inf) is skipped after its load, never multiplied:
 // its partial O may be 0/0.
+constexpr int kPrefetch = 16;   // all splits of a narrow request; 128 of a wide one
 constexpr int kLoadBatch = 8;
-template <class Weight>
-__device__ __forceinline__ float4 weighted_sum(const float* base, int64_t split_stride, int first, int step, int ns,
-                                               Weight&& weight) {
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int s0 = first; s0 < ns; s0 += step * kLoadBatch) {
-    float4 v[kLoadBatch];
+struct SplitWalk {
+  const float* base;
+  int64_t stride;
+  int first, step, ns;
+  float4 v[kPrefetch];
+
+  __device__ __forceinline__ void prefetch() {
 #pragma unroll
-    for (int j = 0; j < kLoadBatch; ++j) {
-      const int s = s0 + j * step;
-      v[j] = s < ns ? __ldg(reinterpret_cast<const float4*>(base + s * split_stride)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    for (int j = 0; j < kPrefetch; ++j) v[j] = load(first + j * step);
+  }
+  __device__ __forceinline__ float4 load(int s) const {
+    return s < ns ? __ldg(reinterpret_cast<const float4*>(base + s * stride)) : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  template <class Weight>
+  __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int j = 0; j < kLoadBatch; ++j) {
-      const int s = s0 + j * step;
+    for (int j = 0; j < kPrefetch; ++j) {
+      const int s = first + j * step;
       const float w = s < ns ? weight(s) : 0.f;
       if (w != 0.f) fma4(acc, w, v[j]);
     }
+    for (int s0 = first + kPrefetch * step; s0 < ns; s0 += kLoadBatch * step) {
+      float4 u[kLoadBatch];
+#pragma unroll
+      for (int j = 0; j < kLoadBatch; ++j) u[j] = load(s0 + j * step);
+#pragma unroll
+      for (int j = 0; j < kLoadBatch; ++j) {
+        const int s = s0 + j * step;
+        const float w = s < ns ? weight(s) : 0.f;
+        if (w != 0.f) fma4(acc, w, u[j]);
+      }
+    }
+    return acc;
   }
-  return acc;
-}
+};
 
 // A narrow request (<= kCombineNarrowSplits splits): one warp merges one (row, column quarter); the lanes
 // hold one split's LSE each, so the weights need warp shuffles only.
@@ -100,6 +119,9 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_w
   }
   const int ns = p.splits.num_splits[b];
   const int64_t slot0 = p.splits.first_slot[b];
+  SplitWalk walk{p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
+                 int64_t{p.rows} * kDv, 0, 1, ns};
+  walk.prefetch();
   const float neg_inf = -__int_as_float(0x7f800000);
   const float lse_s = lane < ns ? p.partial_lse[(slot0 + lane) * p.rows + row] : neg_inf;
   float max_lse = lse_s;
@@ -114,11 +136,8 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_w
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, off);
   const float w_lane = e / sum;
-  const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4;
-  const int64_t split_stride = int64_t{p.rows} * kDv;
   // ns is warp-uniform, so every lane takes part in each shuffle.
-  const float4 acc =
-      weighted_sum(base, split_stride, 0, 1, ns, [&](int s) { return __shfl_sync(0xffffffff, w_lane, s & 31); });
+  const float4 acc = walk.weighted_sum([&](int s) { return __shfl_sync(0xffffffff, w_lane, s & 31); });
   store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
 }
@@ -143,6 +162,9 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   }
   const int ns = p.splits.num_splits[b];
   const int64_t slot0 = p.splits.first_slot[b];
+  SplitWalk walk{p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
+                 int64_t{p.rows} * kDv, warp, kWarps, ns};
+  walk.prefetch();
   const float neg_inf = -__int_as_float(0x7f800000);
   float lse_s = neg_inf;
   if (int(threadIdx.x) < ns) lse_s = p.partial_lse[(slot0 + threadIdx.x) * p.rows + row];
@@ -156,9 +178,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
   if (int(threadIdx.x) < ns) sh.weights[threadIdx.x] = e / sum;
   __syncthreads();
-  const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4;
-  const int64_t split_stride = int64_t{p.rows} * kDv;
-  float4 acc = weighted_sum(base, split_stride, warp, kWarps, ns, [&](int s) { return sh.weights[s]; });
+  float4 acc = walk.weighted_sum([&](int s) { return sh.weights[s]; });
   sh.partial_sums[warp][lane] = acc;
   __syncthreads();
   if (warp != 0) return;
