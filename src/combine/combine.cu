@@ -67,8 +67,10 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
 // preceding it; later splits go out kLoadBatch at a time. Loads never wait on a weight
 // test (a load behind one left one load in flight per warp: ~12 us for a 132-split
 // request). A split of weight 0 (LSE -inf) is skipped after its load, never multiplied:
-// its partial O may be 0/0.
-constexpr int kPrefetch = 16;   // all splits of a narrow request; 128 of a wide one
+// its partial O may be 0/0. The prefetch depth is bounded by occupancy: 16 float4 per
+// lane took 159 registers (one block per SM) and slowed the many-narrow-task combine of
+// lognormal_H16_Sq4 by ~30 us.
+constexpr int kPrefetch = 8;    // 8 x float4 per lane: 76 registers, 3 blocks per SM
 constexpr int kLoadBatch = 8;
 struct SplitWalk {
   const float* base;
@@ -191,7 +193,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // eight narrow tasks each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
-__global__ void __launch_bounds__(kThreads) combine_kernel(const __grid_constant__ CombineParams p) {
+__global__ void __launch_bounds__(kThreads, 3) combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ CombineShared sh;
   // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
   // writes) here, so that this kernel's launch overlaps the decode's tail.
