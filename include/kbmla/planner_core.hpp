@@ -13,8 +13,8 @@
 // Algorithm. Requests are taken in index order and poured into cluster slots up to a
 // capacity `cap`; a request that does not fit the current slot is cut there (if at least
 // min_piece blocks fit) and continues in the next slot, so splits of one request may
-// differ in length. The smallest cap for which everything fits in the available slots is
-// found by a K-ary search over integers (see CapSearch). Because pieces of one request
+// differ in length. A cap within 1/256 of the smallest for which everything fits the
+// available slots is found by a K-ary search over integers (see CapSearch). Because pieces of one request
 // go to consecutive slots and each cut advances the slot, a plan has at most
 // B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots.
 //
@@ -116,6 +116,13 @@ namespace plan_detail {
 KBMLA_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 KBMLA_HD int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// a / b for 0 <= a, 0 < b; 32-bit when both fit (a 64-bit division is a long software
+// sequence on the GPU, and the fill's cut loop divides once per piece). Same result.
+KBMLA_HD int64_t div_nonneg64(int64_t a, int64_t b) {
+  if (((a | b) >> 32) == 0) return int64_t{uint32_t(a) / uint32_t(b)};
+  return a / b;
+}
+
 // First q tile whose rows see at least one key; T when none does.
 KBMLA_HD int first_visible_tile(const PlanShape& p, int seqlen, int num_tiles) {
   if (seqlen <= 0) return num_tiles;
@@ -181,7 +188,7 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
       }
       const int remaining = r.blocks - begin;
       const int64_t space = cap - st.load - piece_overhead;
-      const int64_t fit = space >= 0 ? space / (nt * c.per_kv_block) : 0;
+      const int64_t fit = space >= 0 ? div_nonneg64(space, nt * c.per_kv_block) : 0;
       if (split > 0 && fit >= remaining) {
         sink.piece(st.cluster, b, r, split, begin, r.blocks);
         st.load += piece_overhead + nt * remaining * c.per_kv_block;
@@ -294,7 +301,10 @@ struct CapSearch {
     if (!found) return low + step * (i + 1);
     return low + (high - low) * (i + 1) / (kCapProbes + 1);
   }
-  KBMLA_HD bool done() const { return found && high - low <= 1; }
+  // Finished when the bracket is within 1/256 of the cap (at most ~0.4 % of one slot's
+  // time above the least cap that fits), which spares the device planner's narrowing
+  // rounds, each a full sequential fill.
+  KBMLA_HD bool done() const { return found && high - low <= (low >> 8) + 1; }
   // `first`: the lowest probe index that fits, kCapProbes when none does.
   KBMLA_HD void update(int first) {
     if (first < kCapProbes) {
@@ -311,42 +321,62 @@ struct CapSearch {
 };
 
 // Pass 1 + 2: finds the cap and counts every output. Shapes must be valid (the host
-// checks them); seqlens are data and are checked here. `first_fitting(search, fits)`
-// returns the lowest probe index i with fits(search.probe(i)), or kCapProbes.
-template <class FirstFitting>
-KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens, FirstFitting&& first_fitting) {
+// checks them); seqlens are data and are checked here. The executor `ex` provides
+//   ex.first_fitting(search, fits): the lowest probe index i with fits(search.probe(i)),
+//                                   or kCapProbes;
+//   ex.single(f): f() evaluated once and its value returned to every caller (the device
+//                 planner runs this function on every thread of its CTA; one thread does
+//                 the sequential steps instead of all 32 warps competing for issue slots).
+struct TotalCost {
+  int64_t total;
+  int bad_index;  // first request with a negative seqlen, or -1
+};
+
+template <class Executor>
+KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens, Executor&& ex) {
   using namespace plan_detail;
   PlanCounts counts;
   counts.num_q_tiles = ceil_div(p.heads * p.q_len, p.tile_rows);
   counts.num_clusters = p.num_ctas / p.cluster_size;
-  int64_t total = 0;
-  for (int b = 0; b < p.batch; ++b) {
-    if (seqlens[b] < 0) {
-      counts.status = kPlanNegativeSeqlen;
-      counts.bad_index = b;
-      return counts;
-    }
-    RequestInfo r = request_info(p, seqlens[b], counts.num_q_tiles);
-    total += int64_t{r.tiles} * (int64_t{r.blocks} * p.cost.per_kv_block + p.cost.per_item);
-  }
   const int G = counts.num_clusters;
   const int T = counts.num_q_tiles;
+  const TotalCost tc = ex.single([&] {
+    TotalCost t{0, -1};
+    for (int b = 0; b < p.batch; ++b) {
+      if (seqlens[b] < 0) {
+        t.bad_index = b;
+        return t;
+      }
+      RequestInfo r = request_info(p, seqlens[b], T);
+      t.total += int64_t{r.tiles} * (int64_t{r.blocks} * p.cost.per_kv_block + p.cost.per_item);
+    }
+    return t;
+  });
+  if (tc.bad_index >= 0) {
+    counts.status = kPlanNegativeSeqlen;
+    counts.bad_index = tc.bad_index;
+    return counts;
+  }
   auto fits = [&](int64_t cap) {
     NullSink null_sink;
     return fill(p, seqlens, T, G, cap, null_sink);
   };
   CapSearch search;
-  search.low = ceil_div64(total, G) - 1;  // below the overhead-free bound nothing fits
+  search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
   if (search.low < 0) search.low = 0;
   search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) / kCapProbes + 1;
-  if (fits(search.low + 1)) {  // the common case of a tight bound: one fill decides
+  if (ex.single([&] { return fits(search.low + 1); })) {  // a tight bound: one fill decides
     search.high = search.low + 1;
     search.found = true;
   }
-  while (!search.done()) search.update(first_fitting(search, fits));
+  while (!search.done()) search.update(ex.first_fitting(search, fits));
   counts.cap = search.high;
-  CountSink count_sink(&counts);
-  fill(p, seqlens, T, G, search.high, count_sink);
+  counts = ex.single([&] {
+    PlanCounts c = counts;
+    CountSink count_sink(&c);
+    fill(p, seqlens, T, G, c.cap, count_sink);
+    return c;
+  });
   if (p.fixed_grid) counts.num_active_clusters = G;
   const int64_t len = int64_t{counts.num_active_clusters} * (counts.max_items_per_cluster + 1);
   if (len > INT32_MAX) {
@@ -357,13 +387,18 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   return counts;
 }
 
+// The host's executor: probes in order, single steps inline.
 struct SequentialProbes {
   template <class Fits>
-  KBMLA_HD int operator()(const CapSearch& s, Fits& fits) const {
+  KBMLA_HD int first_fitting(const CapSearch& s, Fits& fits) const {
     for (int i = 0; i < kCapProbes; ++i) {
       if (fits(s.probe(i))) return i;
     }
     return kCapProbes;
+  }
+  template <class F>
+  KBMLA_HD auto single(F&& f) const {
+    return f();
   }
 };
 

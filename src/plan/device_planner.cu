@@ -13,9 +13,30 @@ static_assert(kCapProbes * 32 <= 1024, "one warp per probe in one CTA");
 // evaluates probe i, the lowest warp that fits wins. Every thread keeps the same search
 // state, so all call this the same number of times.
 struct BlockProbes {
-  int* verdict;  // shared, kCapProbes entries
+  int* verdict;       // shared, kCapProbes entries
+  uint8_t* scratch;   // shared, kScratchBytes, 16-byte aligned: single()'s result
+  static constexpr int kScratchBytes = 128;
+
+  // Thread 0 runs the sequential steps (the total, the tight-bound probe, the count pass)
+  // alone: with every warp running them, 32 copies of one dependent chain shared the SM's
+  // four schedulers.
+  template <class F>
+  __device__ auto single(F&& f) const {
+    using T = decltype(f());
+    static_assert(sizeof(T) <= kScratchBytes, "single(): result too large for the scratch");
+    if (threadIdx.x == 0) {
+      const T v = f();
+      memcpy(scratch, &v, sizeof(T));
+    }
+    __syncthreads();
+    T v;
+    memcpy(&v, scratch, sizeof(T));
+    __syncthreads();
+    return v;
+  }
+
   template <class Fits>
-  __device__ int operator()(const CapSearch& s, Fits& fits) const {
+  __device__ int first_fitting(const CapSearch& s, Fits& fits) const {
     const int warp = int(threadIdx.x / 32);
     if (threadIdx.x % 32 == 0) verdict[warp] = fits(s.probe(warp)) ? 1 : 0;
     __syncthreads();
@@ -44,8 +65,9 @@ __global__ void __launch_bounds__(kCapProbes * 32) device_planner_kernel(const _
     seqlens = staged;
   }
   __shared__ int verdict[kCapProbes];
+  __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
   DevicePlanHeader h{};
-  PlanCounts counts = plan_measure_with(shape, seqlens, BlockProbes{verdict});
+  PlanCounts counts = plan_measure_with(shape, seqlens, BlockProbes{verdict, scratch});
   if (threadIdx.x != 0) return;
   PlanBuffers buffers = out.plan;
   int status = counts.status;
