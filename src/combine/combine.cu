@@ -68,8 +68,7 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
 // test (a load behind one left one load in flight per warp: ~12 us for a 132-split
 // request). A split of weight 0 (LSE -inf) is skipped after its load, never multiplied:
 // its partial O may be 0/0. The prefetch depth is bounded by occupancy: 16 float4 per
-// lane took 159 registers (one block per SM) and slowed the many-narrow-task combine of
-// lognormal_H16_Sq4 by ~30 us.
+// lane took 159 registers (one block per SM); 8 take 76 (three).
 constexpr int kPrefetch = 8;    // 8 x float4 per lane: 76 registers, 3 blocks per SM
 constexpr int kLoadBatch = 8;
 struct SplitWalk {
