@@ -112,18 +112,38 @@ Outputs reference_decode(const Problem& p, const Inputs<T>& in) {
   Outputs out;
   out.out.assign(size_t(p.batch) * p.q_len * p.heads * p.d_v, 0.0);
   out.lse.assign(size_t(p.batch) * p.q_len * p.heads, kNegInf);
-  // (request, token) pairs are independent: spread them over the cores, longest first.
-  std::vector<int> order(size_t(p.batch) * p.q_len);
-  for (size_t k = 0; k < order.size(); ++k) order[k] = int(k);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int x, int y) { return in.seqlens[x / p.q_len] > in.seqlens[y / p.q_len]; });
+  // (request, token, key chunk) tasks are independent: spread them over the cores, longest
+  // first. A token's keys are cut into chunks of kRefKeyChunk so that a single long request
+  // (a million tokens) still uses every core; chunks merge by LSE (combine_row) afterwards.
+  // A token with at most kRefKeyChunk keys is one chunk, computed exactly as before.
+  constexpr int kRefKeyChunk = 32768;
+  struct Task {
+    int b, token, k_begin, k_end;
+    size_t part;  // index of its partial result
+  };
+  std::vector<Task> tasks;
+  std::vector<size_t> first_part(size_t(p.batch) * p.q_len + 1, 0);
+  for (int b = 0; b < p.batch; ++b) {
+    for (int i = 0; i < p.q_len; ++i) {
+      const size_t bi = size_t(b) * p.q_len + i;
+      const int keys = visible_keys(p, in.seqlens[b], i);
+      const int chunks = std::max(1, (keys + kRefKeyChunk - 1) / kRefKeyChunk);
+      first_part[bi + 1] = first_part[bi] + size_t(chunks);
+      for (int c = 0; c < chunks; ++c) {
+        tasks.push_back({b, i, c * kRefKeyChunk, std::min(keys, (c + 1) * kRefKeyChunk), first_part[bi] + c});
+      }
+    }
+  }
+  std::stable_sort(tasks.begin(), tasks.end(),
+                   [](const Task& x, const Task& y) { return x.k_end - x.k_begin > y.k_end - y.k_begin; });
+  const size_t parts = first_part.back();
+  std::vector<double> part_o(parts * p.heads * p.d_v), part_lse(parts * p.heads);
   std::atomic<size_t> next{0};
   auto worker = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < order.size();) {
-      const int b = order[k] / p.q_len, i = order[k] % p.q_len;
-      const size_t row0 = (size_t(b) * p.q_len + i) * p.heads;
-      attend(p, in, b, i, 0, p.heads, 0, visible_keys(p, in.seqlens[b], i), &out.out[row0 * p.d_v],
-             &out.lse[row0]);
+    for (size_t k; (k = next.fetch_add(1)) < tasks.size();) {
+      const Task& t = tasks[k];
+      attend(p, in, t.b, t.token, 0, p.heads, t.k_begin, t.k_end, &part_o[t.part * p.heads * p.d_v],
+             &part_lse[t.part * p.heads]);
     }
   };
   const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 32));
@@ -131,6 +151,27 @@ Outputs reference_decode(const Problem& p, const Inputs<T>& in) {
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
+  std::vector<double> lse_of_parts;
+  std::vector<const double*> o_of_parts;
+  for (size_t bi = 0; bi + 1 < first_part.size(); ++bi) {
+    const size_t n = first_part[bi + 1] - first_part[bi];
+    for (int h = 0; h < p.heads; ++h) {
+      const size_t row = bi * p.heads + h;
+      if (n == 1) {
+        const size_t part = first_part[bi];
+        std::copy_n(&part_o[(part * p.heads + h) * p.d_v], p.d_v, &out.out[row * p.d_v]);
+        out.lse[row] = part_lse[part * p.heads + h];
+        continue;
+      }
+      lse_of_parts.clear();
+      o_of_parts.clear();
+      for (size_t part = first_part[bi]; part < first_part[bi + 1]; ++part) {
+        lse_of_parts.push_back(part_lse[part * p.heads + h]);
+        o_of_parts.push_back(&part_o[(part * p.heads + h) * p.d_v]);
+      }
+      combine_row(lse_of_parts, o_of_parts, p.d_v, &out.out[row * p.d_v], &out.lse[row]);
+    }
+  }
   return out;
 }
 

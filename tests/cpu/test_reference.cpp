@@ -108,6 +108,22 @@ TEST(Reference, CausalTokenMatchesADecodeOfTheShorterPrefix) {
   EXPECT_EQ(visible_keys(r.problem, 37, 0), 34);
 }
 
+TEST(Reference, KeyChunksOfALongRequestMergeToTheUnchunkedResult) {
+  // 70,000 keys: three chunks of at most 32,768 keys merged by LSE, against one attend
+  // over all keys (small d_qk / d_v keep it fast).
+  Problem p = small_problem(1, 2, 2, 64, 16, 8);
+  auto r = make_random_problem<float>(p, {70000}, 11, 0);
+  Outputs got = reference_decode(r.problem, r.inputs());
+  for (int i = 0; i < 2; ++i) {
+    std::vector<double> o(2 * 8), lse(2);
+    attend(r.problem, r.inputs(), 0, i, 0, 2, 0, visible_keys(r.problem, 70000, i), o.data(), lse.data());
+    for (int h = 0; h < 2; ++h) {
+      EXPECT_NEAR(lse[h], got.lse[i * 2 + h], 1e-12);
+      for (int c = 0; c < 8; ++c) EXPECT_NEAR(o[h * 8 + c], got.out[(i * 2 + h) * 8 + c], 1e-13);
+    }
+  }
+}
+
 TEST(Reference, PageSizeDoesNotChangeTheResult) {
   const std::vector<int32_t> seqlens = {1, 100, 257};
   Problem base = small_problem(3, 2, 4, 1, 24, 16);

@@ -94,6 +94,7 @@ struct GpuCase {
   int static_splits = 0;
   bool causal = true;
   uint64_t seed = 1;
+  int spare_pages = 3;  // NaN pages shuffled among the used ones (a large count grows the cache)
 };
 
 struct GpuResult {
@@ -119,7 +120,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   shape.causal = c.causal;
   shape.scale = 1.0 / std::sqrt(192.0);
   shape.page_size = 64;
-  auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed);
+  auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed, c.spare_pages);
   const ref::Problem& p = data.problem;
 
   DecodeConfig config;

@@ -1,4 +1,5 @@
 // GPU full sweep: every policy x heads {1, 8, 12, 16, 24, 64, 96, 128} x q_len {1, 2, 4, 9}
+// (and q_len 16 up to 2048 rows)
 // on ragged batches with seqlens 0, 1, 63, 64, 65, 4096 (shorter where heads x q_len is
 // large, to keep the float64 oracle fast), plus batch 1 at 131,072, batch 64 ragged mixes,
 // split boundaries inside the last q_len keys, and a non-causal case.
@@ -52,6 +53,11 @@ std::vector<GpuCase> sweep_cases() {
   cases.push_back({16, 8, {129, 4096, 60}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 8, {2000}, Policy::kStatic, 0, 3, true, seed++});
   cases.push_back({96, 2, {64 * 9 + 1, 1}, Policy::kWorkList, 0, 0, false, seed++});
+  // q_len 16 (issue 5): up to 2048 rows, 16 q tiles of 128 rows per request.
+  cases.push_back({128, 16, {300, 0, 70}, Policy::kWorkList, 0, 0, true, seed++});
+  cases.push_back({12, 16, {5000, 16, 15, 1}, Policy::kWorkList, 0, 0, true, seed++});
+  cases.push_back({1, 16, {129, 2}, Policy::kStatic, 0, 2, true, seed++});
+  cases.push_back({64, 16, {600}, Policy::kStaticPersistent, 0, 3, true, seed++});
   // Small CTA budgets and a non-causal multi-token case.
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});
