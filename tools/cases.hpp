@@ -14,6 +14,7 @@ struct BenchCase {
   int batch = 0;
   int q_len = 1;
   int heads = 16;
+  int d_qk = 576;  // 576, or 512 (no rope part)
   std::vector<int> seqlens;
   std::optional<double> reference_pct_of_copy;
   std::optional<double> reference_tflops;

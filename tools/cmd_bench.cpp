@@ -214,10 +214,10 @@ int run_bench(const BenchOptions& o) {
     size_t next = 0;
     for (int b = 0; b < bc.batch; ++b)
       for (int j = 0; j < pages_per[b]; ++j) table[size_t(b) * d.max_pages + j] = perm[next++];
-    d.cache_bytes = size_t(d.num_pages) * 64 * 576 * 2;
+    d.cache_bytes = size_t(d.num_pages) * 64 * bc.d_qk * 2;
     const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
-    const double kv_bytes = double(tokens) * 576 * 2;
-    const double io_bytes = kv_bytes + double(rows) * 576 * 2 + double(rows) * 512 * 2;
+    const double kv_bytes = double(tokens) * bc.d_qk * 2;
+    const double io_bytes = kv_bytes + double(rows) * bc.d_qk * 2 + double(rows) * 512 * 2;
     const int copies = kv_bytes < 4.0 * double(dev.l2_bytes)
                            ? int(std::min<double>(32, std::ceil(4.0 * double(dev.l2_bytes) / std::max(kv_bytes, 1.0)) + 1))
                            : 1;
@@ -225,8 +225,8 @@ int run_bench(const BenchOptions& o) {
       d.caches.push_back(std::make_unique<DeviceBuffer>(d.cache_bytes));
       fill_device_random_bf16(d.caches.back()->ptr, d.cache_bytes / 2, 100 + c, stream);
     }
-    d.q = std::make_unique<DeviceBuffer>(rows * 576 * 2);
-    fill_device_random_bf16(d.q->ptr, rows * 576, 3, stream);
+    d.q = std::make_unique<DeviceBuffer>(rows * bc.d_qk * 2);
+    fill_device_random_bf16(d.q->ptr, rows * bc.d_qk, 3, stream);
     d.out = std::make_unique<DeviceBuffer>(rows * 512 * 2);
     d.lse = std::make_unique<DeviceBuffer>(rows * 4);
     d.block_table = std::make_unique<DeviceBuffer>(table.size() * 4);
@@ -234,11 +234,12 @@ int run_bench(const BenchOptions& o) {
     cuda_check(cudaMemcpy(d.block_table->ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
     cuda_check(cudaMemcpy(d.seqlens_dev->ptr, d.seqlens.data(), d.seqlens.size() * 4, cudaMemcpyHostToDevice), "copy");
     std::vector<KvCache> kv;
-    for (auto& c : d.caches) kv.emplace_back(c->ptr, d.num_pages, 64);
+    for (auto& c : d.caches) kv.emplace_back(c->ptr, d.num_pages, 64, bc.d_qk);
 
     DecodeConfig config;
     config.heads = bc.heads;
     config.q_len = bc.q_len;
+    config.d_qk = bc.d_qk;
     config.softmax_scale = 1.0f / std::sqrt(576.0f);
 
     // The case's buffers as decode arguments, with a fresh (initialised) workspace.
@@ -339,7 +340,7 @@ int run_bench(const BenchOptions& o) {
 
     std::vector<std::pair<std::string, sm90::KernelMode>> runs_to_do;
     for (const std::string& pname : policies) runs_to_do.push_back({pname, sm90::KernelMode::kFull});
-    if (o.spike) {
+    if (o.spike && bc.d_qk == 576) {  // the spike modes exist for d_qk 576 only
       runs_to_do.push_back({"worklist", sm90::KernelMode::kLoadOnly});
       runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
     }
@@ -391,7 +392,7 @@ int run_bench(const BenchOptions& o) {
       }
       const double gbps = io_bytes / (best.median_us * 1e3);
       const double pct = 100.0 * gbps / copy_gbps;
-      const double tflops = 2.0 * bc.q_len * bc.heads * double(tokens) * (576 + 512) / (best.median_us * 1e6);
+      const double tflops = 2.0 * bc.q_len * bc.heads * double(tokens) * (bc.d_qk + 512) / (best.median_us * 1e6);
       const double rot_pct = best.rotated_us > 0 ? 100.0 * io_bytes / (best.rotated_us * 1e3) / copy_gbps : 0;
       fmt::print("{:<36} {:<18} {:>5} {:>10.1f} {:>8.0f} {:>8.1f} {:>8.0f} {:>7.1f} {:>8.0f} {:>10} {:>8}{}\n", bc.name,
                  best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us,

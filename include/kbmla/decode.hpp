@@ -1,4 +1,4 @@
-// Public decode API (sm_90a, bf16 latent cache, d_qk 576, d_v 512, page size 64).
+// Public decode API (sm_90a, bf16 latent cache, d_qk 576 or 512, d_v 512, page size 64).
 //
 //   kbmla::KvCache cache(kv_ptr, num_pages, 64);                 // once per cache / layer
 //   auto plan = kbmla::DevicePlan::create(config, host_seqlens);  // once per decode step
@@ -33,7 +33,7 @@ const char* policy_name(Policy p);
 struct DecodeConfig {
   int heads = 16;         // 1..128
   int q_len = 1;          // 1..16
-  int d_qk = 576;         // supported: 576
+  int d_qk = 576;         // supported: 576 (latent 512 + rope 64), 512 (no rope: K is the latent)
   int d_v = 512;          // supported: 512
   int page_size = 64;     // supported: 64
   bool causal = true;     // bottom-right aligned among the q_len new tokens

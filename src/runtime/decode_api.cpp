@@ -66,7 +66,7 @@ const char* policy_name(Policy p) {
 void validate_config(const DecodeConfig& c) {
   require(c.heads >= 1 && c.heads <= 128, "decode: heads (", c.heads, ") must be in 1..128");
   require(c.q_len >= 1 && c.q_len <= 16, "decode: q_len (", c.q_len, ") must be in 1..16");
-  require(c.d_qk == 576, "decode: d_qk (", c.d_qk, ") is not supported; supported: 576");
+  require(c.d_qk == 576 || c.d_qk == 512, "decode: d_qk (", c.d_qk, ") is not supported; supported: 576, 512");
   require(c.d_v == 512, "decode: d_v (", c.d_v, ") is not supported; supported: 512");
   require(c.page_size == 64, "decode: page_size (", c.page_size, ") is not supported; supported: 64");
   require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
@@ -316,7 +316,7 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk)
   require(num_pages >= 1 && num_pages <= (int64_t{1} << 31) - 1, "KvCache: num_pages (", num_pages,
           ") must be in 1..2^31-1");
   require(page_size == 64, "KvCache: page_size (", page_size, ") is not supported; supported: 64");
-  require(d_qk == 576, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576");
+  require(d_qk == 576 || d_qk == 512, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576, 512");
   static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_), "tensor map storage");
   const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(page_size), cuuint64_t(num_pages)};
   const cuuint64_t strides[2] = {cuuint64_t(d_qk) * 2, cuuint64_t(d_qk) * 2 * page_size};
@@ -421,6 +421,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.q_len = c.q_len;
   p.heads = c.heads;
   p.rows = c.heads * c.q_len;
+  p.d_qk = c.d_qk;
   p.num_q_tiles = h.counts.num_q_tiles;
   p.tile_rows = h.shape.tile_rows;
   p.cluster_size = h.shape.cluster_size;

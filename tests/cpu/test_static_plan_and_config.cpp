@@ -59,7 +59,7 @@ TEST(DecodeConfig, RejectsUnsupportedValuesNamingThem) {
   expect_error(with([](DecodeConfig& c) { c.heads = 0; }), "heads (0) must be in 1..128");
   expect_error(with([](DecodeConfig& c) { c.heads = 129; }), "heads (129)");
   expect_error(with([](DecodeConfig& c) { c.q_len = 17; }), "q_len (17) must be in 1..16");
-  expect_error(with([](DecodeConfig& c) { c.d_qk = 512; }), "d_qk (512) is not supported");
+  expect_error(with([](DecodeConfig& c) { c.d_qk = 448; }), "d_qk (448) is not supported; supported: 576, 512");
   expect_error(with([](DecodeConfig& c) { c.d_v = 256; }), "d_v (256)");
   expect_error(with([](DecodeConfig& c) { c.page_size = 32; }), "page_size (32) is not supported; supported: 64");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = 0.f; }), "softmax_scale (0)");

@@ -95,6 +95,7 @@ struct GpuCase {
   bool causal = true;
   uint64_t seed = 1;
   int spare_pages = 3;  // NaN pages shuffled among the used ones (a large count grows the cache)
+  int d_qk = 576;       // 576, or 512 (no rope part)
 };
 
 struct GpuResult {
@@ -105,7 +106,8 @@ struct GpuResult {
 inline std::string describe(const GpuCase& c) {
   std::ostringstream os;
   os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
-     << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << " seqlens";
+     << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
+     << " seqlens";
   for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
   if (c.seqlens.size() > 8) os << " ...";
   return os.str();
@@ -120,6 +122,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   shape.causal = c.causal;
   shape.scale = 1.0 / std::sqrt(192.0);
   shape.page_size = 64;
+  shape.d_qk = c.d_qk;
   auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed, c.spare_pages);
   const ref::Problem& p = data.problem;
 
@@ -127,6 +130,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   config.heads = c.heads;
   config.q_len = c.q_len;
   config.causal = c.causal;
+  config.d_qk = c.d_qk;
   config.softmax_scale = float(p.scale);
   PlanOptions options;
   options.policy = c.policy;
@@ -139,7 +143,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   dev.lse.poison();
   dev.ws.poison();
   init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
-  KvCache kv(dev.cache.ptr, p.num_pages, 64);
+  KvCache kv(dev.cache.ptr, p.num_pages, 64, c.d_qk);
   decode(plan, kv, dev.args(p.max_pages));
   GpuResult r;
   r.device_errors = read_device_errors(dev.ws.ptr, nullptr);

@@ -1,5 +1,5 @@
 // GPU full sweep: every policy x heads {1, 8, 12, 16, 24, 64, 96, 128} x q_len {1, 2, 4, 9}
-// (and q_len 16 up to 2048 rows)
+// (and q_len 16 up to 2048 rows, and d_qk 512)
 // on ragged batches with seqlens 0, 1, 63, 64, 65, 4096 (shorter where heads x q_len is
 // large, to keep the float64 oracle fast), plus batch 1 at 131,072, batch 64 ragged mixes,
 // split boundaries inside the last q_len keys, and a non-causal case.
@@ -58,6 +58,16 @@ std::vector<GpuCase> sweep_cases() {
   cases.push_back({12, 16, {5000, 16, 15, 1}, Policy::kWorkList, 0, 0, true, seed++});
   cases.push_back({1, 16, {129, 2}, Policy::kStatic, 0, 2, true, seed++});
   cases.push_back({64, 16, {600}, Policy::kStaticPersistent, 0, 3, true, seed++});
+  // d_qk 512 (no rope part; issue 5): every policy, a 2-CTA cluster shape, non-causal.
+  auto no_rope = [&](GpuCase c) {
+    c.d_qk = 512;
+    cases.push_back(c);
+  };
+  no_rope({16, 1, {0, 1, 4096, 65}, Policy::kWorkList, 0, 0, true, seed++});
+  no_rope({16, 4, {64 * 40 + 3}, Policy::kWorkList, 40, 0, true, seed++});
+  no_rope({128, 2, {700, 63}, Policy::kWorkList, 0, 0, true, seed++});
+  no_rope({24, 4, {1000, 5}, Policy::kStatic, 0, 3, true, seed++});
+  no_rope({12, 9, {2000, 130}, Policy::kStaticPersistent, 0, 2, false, seed++});
   // Small CTA budgets and a non-causal multi-token case.
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});

@@ -35,6 +35,7 @@ namespace kbmla::sm90 {
 constexpr int kRowsPerCta = 64;      // wgmma M
 constexpr int kBlockTokens = 64;     // KV tokens per stage (= page size supported here)
 constexpr int kDqk = 576;
+constexpr int kDqkNoRope = 512;      // MLA without the rope part: K is the latent (= V)
 constexpr int kDv = 512;
 constexpr int kBoxCols = 64;         // bf16 columns per 128-byte swizzle atom / TMA box
 constexpr int kQkBoxes = kDqk / kBoxCols;  // 9

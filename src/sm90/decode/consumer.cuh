@@ -48,7 +48,7 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, in
 // kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns
 // 256..511). Two instantiations, so each role's wgmma sequence is straight-line code
 // (a role test around wgmma makes ptxas serialise them, warning C7520).
-template <KernelMode Mode, bool kSoftmaxOwner>
+template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
 __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* smem) {
   constexpr int wg = kSoftmaxOwner ? 0 : 1;
   const int tid = threadIdx.x - 128 * (wg + 1);
@@ -98,11 +98,11 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       }
       float alpha0, alpha1;
       if constexpr (softmax_owner) {
-        // S (64 x 64) = Q (64 x 576) K^T, 36 k-steps of 16.
+        // S (64 x 64) = Q (64 x d_qk) K^T, 36 (d_qk 576) or 32 (512) k-steps of 16.
         float s[32];
         wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < kDqk / 16; ++k) {
+        for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
           const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
           wgmma_qk(desc_k_major(q_addr + off), desc_k_major(stage_addr + off), s, k > 0);
         }

@@ -1,4 +1,5 @@
-// The sm_90a bf16 MLA decode kernel (d_qk 576, d_v 512, page 64): entry point and launch.
+// The sm_90a bf16 MLA decode kernel (d_qk 576 or 512, d_v 512, page 64): entry point and
+// launch. d_qk 512 (no rope part) is its own instantiation, full mode only.
 // Roles live in producer.cuh and consumer.cuh; see config.hpp for the budgets.
 #include "src/sm90/decode/kernel.hpp"
 
@@ -8,7 +9,7 @@
 
 namespace kbmla::sm90 {
 
-template <KernelMode Mode>
+template <KernelMode Mode, int QkBoxes>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
@@ -43,27 +44,27 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      PagedKvLoader64 kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
-      run_kv_loader<Mode>(p, kv, smem);
+      PagedKvLoader64<QkBoxes> kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
+      run_kv_loader<Mode, QkBoxes>(p, kv, smem);
     } else if (threadIdx.x == 32) {
-      run_q_loader(p, &q_map, smem);
+      run_q_loader<QkBoxes>(p, &q_map, smem);
     }
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();
-    run_consumer<Mode, true>(p, smem);
+    run_consumer<Mode, QkBoxes, true>(p, smem);
   } else {
     set_max_registers_inc<kConsumerRegs>();
-    run_consumer<Mode, false>(p, smem);
+    run_consumer<Mode, QkBoxes, false>(p, smem);
   }
   if (p.cluster_size > 1) cluster_barrier();
 }
 
 namespace {
-template <KernelMode Mode>
+template <KernelMode Mode, int QkBoxes>
 void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
   static const cudaError_t attr_err = cudaFuncSetAttribute(
-      mla_decode_bf16_kernel<Mode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+      mla_decode_bf16_kernel<Mode, QkBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   cudaLaunchConfig_t config{};
@@ -80,7 +81,7 @@ void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const Deco
   config.numAttrs = 1;
   require(grid.x % unsigned(p.cluster_size) == 0, "decode: grid.x (", grid.x, ") is not a multiple of the cluster size (",
           p.cluster_size, ")");
-  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode>, q_map, kv_map, p);
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode, QkBoxes>, q_map, kv_map, p);
   require(launch_err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
@@ -89,7 +90,7 @@ void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const Deco
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
-  auto kernel = mla_decode_bf16_kernel<KernelMode::kFull>;
+  auto kernel = mla_decode_bf16_kernel<KernelMode::kFull, kQkBoxes>;
   const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
@@ -114,10 +115,15 @@ int max_active_clusters(int cluster_size) {
 
 void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode) {
+  if (p.d_qk == kDqkNoRope) {
+    require(mode == KernelMode::kFull, "decode: d_qk ", kDqkNoRope, " has the full kernel only (no spike modes)");
+    return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_map, kv_map, p, grid, stream);
+  }
+  require(p.d_qk == kDqk, "decode: d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
   switch (mode) {
-    case KernelMode::kFull: return launch_mode<KernelMode::kFull>(q_map, kv_map, p, grid, stream);
-    case KernelMode::kLoadOnly: return launch_mode<KernelMode::kLoadOnly>(q_map, kv_map, p, grid, stream);
-    case KernelMode::kMathOnly: return launch_mode<KernelMode::kMathOnly>(q_map, kv_map, p, grid, stream);
+    case KernelMode::kFull: return launch_mode<KernelMode::kFull, kQkBoxes>(q_map, kv_map, p, grid, stream);
+    case KernelMode::kLoadOnly: return launch_mode<KernelMode::kLoadOnly, kQkBoxes>(q_map, kv_map, p, grid, stream);
+    case KernelMode::kMathOnly: return launch_mode<KernelMode::kMathOnly, kQkBoxes>(q_map, kv_map, p, grid, stream);
   }
 }
 

@@ -23,6 +23,7 @@ struct DecodeParams {
   int q_len;
   int heads;
   int rows;            // heads * q_len
+  int d_qk;            // 576 or 512 (selects the instantiation)
   int num_q_tiles;
   int tile_rows;       // 64 * cluster_size
   int cluster_size;

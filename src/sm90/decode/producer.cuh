@@ -9,7 +9,9 @@
 
 namespace kbmla::sm90 {
 
-// Page-size-64 bf16 loader: one KV block is one page, nine 64 x 64 boxes.
+// Page-size-64 bf16 loader: one KV block is one page, QkBoxes 64 x 64 boxes (9 for d_qk
+// 576, 8 for d_qk 512; the stage buffer always has room for 9).
+template <int QkBoxes>
 struct PagedKvLoader64 {
   const CUtensorMap* map;
   const int32_t* block_table;
@@ -30,12 +32,12 @@ struct PagedKvLoader64 {
   // issues every other box, multicast to both, so each KV byte leaves L2 once per q tile.
   __device__ __forceinline__ void issue(int32_t page, uint64_t* bar, uint8_t* stage, int cluster_size,
                                         int rank) const {
-    Mbarrier::arrive_and_expect_tx(bar, kTileBytes);
+    Mbarrier::arrive_and_expect_tx(bar, QkBoxes * kBoxBytes);
     if (cluster_size == 1) {
 #pragma unroll
-      for (int j = 0; j < kQkBoxes; ++j) tma_load_kv_box(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page);
+      for (int j = 0; j < QkBoxes; ++j) tma_load_kv_box(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page);
     } else {
-      for (int j = rank; j < kQkBoxes; j += 2) {
+      for (int j = rank; j < QkBoxes; j += 2) {
         tma_load_kv_box_multicast(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page, uint16_t{0x3});
       }
     }
@@ -45,6 +47,7 @@ struct PagedKvLoader64 {
 // Q loader (one thread of warp 1): loads each item's Q tile once the consumers released
 // the previous one. It runs apart from the KV loader so that the next item's KV stages
 // stream in while the consumers still finish the current item.
+template <int QkBoxes>
 __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const CUtensorMap* q_map, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* q_full = bars + 0;
@@ -55,10 +58,10 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const CUtens
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
     Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
-    Mbarrier::arrive_and_expect_tx(q_full, kTileBytes);
+    Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;
 #pragma unroll
-    for (int j = 0; j < kQkBoxes; ++j) {
+    for (int j = 0; j < QkBoxes; ++j) {
       tma_load_q_box(q_map, q_full, smem + SmemLayout::q + j * kBoxBytes, j * kBoxCols, q_row);
     }
     ++item_count;
@@ -67,8 +70,9 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const CUtens
 
 // KV loader (one thread of warp 0): streams every item's KV blocks through the stage ring
 // and reports data errors (seqlens, page indices) to the error word.
-template <KernelMode Mode>
-__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader64& kv, uint8_t* smem) {
+template <KernelMode Mode, int QkBoxes>
+__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader64<QkBoxes>& kv,
+                                              uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
