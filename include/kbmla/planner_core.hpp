@@ -14,9 +14,11 @@
 // capacity `cap`; a request that does not fit the current slot is cut there (if at least
 // min_piece blocks fit) and continues in the next slot, so splits of one request may
 // differ in length. A cap within 1/256 of the smallest for which everything fits the
-// available slots is found by a K-ary search over integers (see CapSearch). Because pieces of one request
-// go to consecutive slots and each cut advances the slot, a plan has at most
-// B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots.
+// available slots is found by a K-ary search over integers (see CapSearch). Because
+// pieces of one request go to consecutive slots and each cut advances the slot, a plan has
+// at most B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots. When
+// requests have several q tiles and whole requests with their tiles spread over slots
+// fit within 1/32 of that cap, the plan makes no cut at all (see fill).
 //
 // Work-list form. We use the seed's walk with the wider column form: slot g's items sit
 // at entries g, g + A, g + 2A, ... followed by one negative entry, A being the slots that
@@ -89,6 +91,7 @@ struct PlanCounts {
                                // the work list's column stride is this count
   int num_q_tiles = 0;         // T
   int64_t cap = 0;             // the per-slot cost limit the fill used
+  bool whole_requests = false; // the fill's form (see fill): no cuts, q tiles spread
   int max_items_per_cluster = 0;
   int work_list_len = 0;       // active slots * (max_items_per_cluster + 1)
   int num_items = 0;
@@ -150,21 +153,28 @@ KBMLA_HD RequestInfo request_info(const PlanShape& p, int seqlen, int num_tiles)
 }
 
 // Counts, and optionally writes, one fill at capacity `cap`. Returns false when the
-// requests do not fit the G slots at this cap.
+// requests do not fit the G slots at this cap. Two forms:
+//  - cuts allowed (the default): a piece of a request carries all its q tiles, in one
+//    slot; a request that does not fit the current slot is cut there;
+//  - whole requests (`whole_requests`): no cuts, and each q tile of a request is its own
+//    unit, so a request's tiles may go to different slots. The planner takes this form
+//    when it fits within 1/32 of the least cap with cuts (plan_measure_with): measured,
+//    uniform batches of several q tiles per request were cut to gain ~3 % of modelled
+//    balance and lost 7-16 % to partial-O writes and the combine (bench/NOTES.md, v7).
 struct FillState {
   int cluster = 0;
   int64_t load = 0;
 };
 
 struct NullSink {
-  KBMLA_HD void piece(int, int, const RequestInfo&, int, int, int) {}
+  KBMLA_HD void piece(int, int, const RequestInfo&, int, int, int, int) {}
   KBMLA_HD void request_done(int, const RequestInfo&, int) {}
   KBMLA_HD void cluster_done(int, int64_t) {}
 };
 
 template <class Sink>
 KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, int num_clusters, int64_t cap,
-                   Sink& sink) {
+                   bool whole_requests, Sink& sink) {
   const CostModel c = p.cost;
   FillState st;
   for (int b = 0; b < p.batch; ++b) {
@@ -173,15 +183,33 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
       sink.request_done(b, r, 0);
       continue;
     }
+    if (whole_requests) {
+      const int64_t cost = int64_t{r.blocks} * c.per_kv_block + c.per_item;
+      for (int t = r.first_tile; t < num_tiles; ++t) {
+        if (st.load > 0 && st.load + cost > cap) {
+          sink.cluster_done(st.cluster, st.load);
+          ++st.cluster;
+          st.load = 0;
+        }
+        if (st.cluster >= num_clusters || cost > cap) return false;
+        sink.piece(st.cluster, b, r, t, 0, 0, r.blocks);
+        st.load += cost;
+      }
+      sink.request_done(b, r, 1);
+      continue;
+    }
     const int64_t nt = r.tiles;
     const int64_t whole = nt * (int64_t{r.blocks} * c.per_kv_block + c.per_item);
     const int64_t piece_overhead = nt * (c.per_item + c.per_split);
+    auto emit = [&](int split, int begin, int end) {
+      for (int t = r.first_tile; t < num_tiles; ++t) sink.piece(st.cluster, b, r, t, split, begin, end);
+    };
     int split = 0;
     int begin = 0;
     for (;;) {
       if (st.cluster >= num_clusters) return false;
       if (split == 0 && st.load + whole <= cap) {
-        sink.piece(st.cluster, b, r, 0, 0, r.blocks);
+        emit(0, 0, r.blocks);
         st.load += whole;
         split = 1;
         break;
@@ -190,14 +218,14 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
       const int64_t space = cap - st.load - piece_overhead;
       const int64_t fit = space >= 0 ? div_nonneg64(space, nt * c.per_kv_block) : 0;
       if (split > 0 && fit >= remaining) {
-        sink.piece(st.cluster, b, r, split, begin, r.blocks);
+        emit(split, begin, r.blocks);
         st.load += piece_overhead + nt * remaining * c.per_kv_block;
         ++split;
         break;
       }
       if (fit >= r.min_piece && fit < remaining && split + 1 < kMaxSplitsPerRequest) {
         const int k = static_cast<int>(fit);
-        sink.piece(st.cluster, b, r, split, begin, begin + k);
+        emit(split, begin, begin + k);
         st.load += piece_overhead + nt * k * c.per_kv_block;
         ++split;
         begin += k;
@@ -223,14 +251,14 @@ struct CountSink {
   int items_in_cluster = 0;
   PlanCounts* counts;
   KBMLA_HD explicit CountSink(PlanCounts* c) : counts(c) {}
-  KBMLA_HD void piece(int cluster, int, const RequestInfo& r, int, int, int) {
+  KBMLA_HD void piece(int cluster, int, const RequestInfo&, int, int, int, int) {
     if (cluster != current_cluster) {
       current_cluster = cluster;
       items_in_cluster = 0;
     }
     if (cluster + 1 > counts->num_active_clusters) counts->num_active_clusters = cluster + 1;
-    items_in_cluster += r.tiles;
-    counts->num_items += r.tiles;
+    ++items_in_cluster;
+    ++counts->num_items;
     if (items_in_cluster > counts->max_items_per_cluster) counts->max_items_per_cluster = items_in_cluster;
   }
   KBMLA_HD void request_done(int, const RequestInfo& r, int splits) {
@@ -252,15 +280,14 @@ struct WriteSink {
   int bounds_used = 0;
   int slots_used = 0;
   int zero_fill_used = 0;
-  KBMLA_HD void piece(int cluster, int b, const RequestInfo& r, int split, int begin, int end) {
+  KBMLA_HD void piece(int cluster, int b, const RequestInfo& r, int tile, int split, int begin, int end) {
     if (cluster != current_cluster) {
       current_cluster = cluster;
       items_in_cluster = 0;
     }
-    for (int t = r.first_tile; t < counts->num_q_tiles; ++t) {
-      out->work_list[cluster + items_in_cluster * counts->num_active_clusters] = make_work_entry(t, b, p->batch, split);
-      ++items_in_cluster;
-    }
+    out->work_list[cluster + items_in_cluster * counts->num_active_clusters] = make_work_entry(tile, b, p->batch, split);
+    ++items_in_cluster;
+    if (tile != r.first_tile) return;  // later tiles reuse the first tile's bounds
     if (split == 0) out->bounds_offset[b] = bounds_used;
     out->bounds[bounds_used + split] = begin;
     out->bounds[bounds_used + split + 1] = end;
@@ -286,10 +313,10 @@ struct WriteSink {
 
 // The smallest cap is found by a K-ary search whose K probes per round depend only on
 // the search state: the host evaluates them in order and stops at the first that fits,
-// the device planner evaluates all K at once (one per lane of a warp) and takes the
-// lowest lane that fits. Same probes, same answer, so both write the same bytes; the
-// device needs ~4 rounds of one fill each instead of ~25 sequential bisection steps.
-constexpr int kCapProbes = 32;
+// the device planner evaluates all K at once (one per warp) and takes the lowest that
+// fits. Same probes, same answer, so both write the same bytes; the device needs a few
+// rounds of one fill each instead of ~25 sequential bisection steps.
+constexpr int kCapProbes = 16;
 
 struct CapSearch {
   int64_t low;         // a cap known not to fit (or the overhead-free bound minus one)
@@ -326,7 +353,7 @@ struct CapSearch {
 //                                   or kCapProbes;
 //   ex.single(f): f() evaluated once and its value returned to every caller (the device
 //                 planner runs this function on every thread of its CTA; one thread does
-//                 the sequential steps instead of all 32 warps competing for issue slots).
+//                 the sequential steps instead of every warp competing for issue slots).
 struct TotalCost {
   int64_t total;
   int bad_index;  // first request with a negative seqlen, or -1
@@ -359,7 +386,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   auto fits = [&](int64_t cap) {
     NullSink null_sink;
-    return fill(p, seqlens, T, G, cap, null_sink);
+    return fill(p, seqlens, T, G, cap, false, null_sink);
   };
   CapSearch search;
   search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
@@ -371,10 +398,30 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   while (!search.done()) search.update(ex.first_fitting(search, fits));
   counts.cap = search.high;
+  // Whole requests with their q tiles spread (see fill), if some cap within 1/32 of the
+  // least cap with cuts fits them: then the least such cap, found the same way.
+  if (T > 1) {
+    auto fits_whole = [&](int64_t cap) {
+      NullSink null_sink;
+      return fill(p, seqlens, T, G, cap, true, null_sink);
+    };
+    const int64_t limit = counts.cap + counts.cap / 32;
+    if (ex.single([&] { return fits_whole(limit); })) {
+      CapSearch whole;
+      whole.low = search.low < ceil_div64(tc.total, G) - 1 ? search.low : ceil_div64(tc.total, G) - 1;
+      if (whole.low < 0) whole.low = 0;
+      whole.high = limit;
+      whole.step = 1;
+      whole.found = true;
+      while (!whole.done()) whole.update(ex.first_fitting(whole, fits_whole));
+      counts.cap = whole.high;
+      counts.whole_requests = true;
+    }
+  }
   counts = ex.single([&] {
     PlanCounts c = counts;
     CountSink count_sink(&c);
-    fill(p, seqlens, T, G, c.cap, count_sink);
+    fill(p, seqlens, T, G, c.cap, c.whole_requests, count_sink);
     return c;
   });
   if (p.fixed_grid) counts.num_active_clusters = G;
@@ -420,7 +467,7 @@ KBMLA_HD_NOINLINE inline int plan_write(const PlanShape& p, const int32_t* seqle
     for (int g = 0; g < counts.num_clusters; ++g) out.cluster_cost[g] = 0;
   }
   WriteSink sink{&p, &counts, &out};
-  fill(p, seqlens, counts.num_q_tiles, counts.num_clusters, counts.cap, sink);
+  fill(p, seqlens, counts.num_q_tiles, counts.num_clusters, counts.cap, counts.whole_requests, sink);
   return kPlanOk;
 }
 

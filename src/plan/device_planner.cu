@@ -18,8 +18,8 @@ struct BlockProbes {
   static constexpr int kScratchBytes = 128;
 
   // Thread 0 runs the sequential steps (the total, the tight-bound probe, the count pass)
-  // alone: with every warp running them, 32 copies of one dependent chain shared the SM's
-  // four schedulers.
+  // alone: with every warp running them, one copy of a dependent chain per warp shared the
+  // SM's four schedulers.
   template <class F>
   __device__ auto single(F&& f) const {
     using T = decltype(f());
@@ -51,10 +51,11 @@ struct BlockProbes {
 
 constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
 
-// 32 warps search the cap (one probe each per round); thread 0 then counts and writes the
-// plan. On any failure the plan is left empty but well-formed: every slot's column starts
-// with a negative entry.
-__global__ void __launch_bounds__(kCapProbes * 32) device_planner_kernel(const __grid_constant__ PlanShape shape,
+// kCapProbes warps search the cap (one probe each per round); thread 0 then counts and
+// writes the plan. On any failure the plan is left empty but well-formed: every slot's
+// column starts with a negative entry. 16 warps, so the fill may keep 128 registers (with
+// 32 warps it had 64 and spilled once the whole-request form was added).
+__global__ void __launch_bounds__(kCapProbes * 32, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                              const int32_t* seqlens_global,
                                                              const __grid_constant__ DevicePlanBuffers out) {
   extern __shared__ int32_t staged[];
