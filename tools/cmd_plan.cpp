@@ -75,7 +75,7 @@ nlohmann::json to_json(const PlanReport& r) {
   j["tile_rows"] = r.shape.tile_rows;
   j["cluster_size"] = r.shape.cluster_size;
   j["num_ctas"] = r.shape.num_ctas;
-  j["whole_requests"] = r.counts.whole_requests;
+  j["whole_requests"] = r.plan.counts.whole_requests;
   j["cost_model"] = {{"per_kv_block", r.shape.cost.per_kv_block},
                      {"per_item", r.shape.cost.per_item},
                      {"per_split", r.shape.cost.per_split}};
