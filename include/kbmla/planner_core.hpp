@@ -166,8 +166,13 @@ struct FillState {
   int64_t load = 0;
 };
 
+// Sinks receive, in the cut form, piece() per (q tile, split) with its bounds and
+// request_done() per request in order; in the whole-request form, whole_request() and
+// request_done() per request in order, then item() per q tile unit in placement order.
 struct NullSink {
   KBMLA_HD void piece(int, int, const RequestInfo&, int, int, int, int) {}
+  KBMLA_HD void whole_request(int, const RequestInfo&) {}
+  KBMLA_HD void item(int, int, int) {}
   KBMLA_HD void request_done(int, const RequestInfo&, int) {}
   KBMLA_HD void cluster_done(int, int64_t) {}
 };
@@ -177,25 +182,38 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
                    bool whole_requests, Sink& sink) {
   const CostModel c = p.cost;
   FillState st;
-  for (int b = 0; b < p.batch; ++b) {
-    RequestInfo r = request_info(p, seqlens[b], num_tiles);
-    if (r.blocks == 0 || r.tiles == 0) {
-      sink.request_done(b, r, 0);
-      continue;
+  if (whole_requests) {
+    for (int b = 0; b < p.batch; ++b) {
+      const RequestInfo r = request_info(p, seqlens[b], num_tiles);
+      const bool work = r.blocks > 0 && r.tiles > 0;
+      if (work) sink.whole_request(b, r);
+      sink.request_done(b, r, work ? 1 : 0);
     }
-    if (whole_requests) {
-      const int64_t cost = int64_t{r.blocks} * c.per_kv_block + c.per_item;
-      for (int t = r.first_tile; t < num_tiles; ++t) {
+    // Tile-major: tile t of every request before tile t + 1 of any, so the q tiles of one
+    // request run at the same time in different slots and share its KV through L2 (as
+    // the static schedulers' order does), instead of re-reading it one after another.
+    for (int t = 0; t < num_tiles; ++t) {
+      for (int b = 0; b < p.batch; ++b) {
+        const RequestInfo r = request_info(p, seqlens[b], num_tiles);
+        if (r.blocks == 0 || r.tiles == 0 || t < r.first_tile) continue;
+        const int64_t cost = int64_t{r.blocks} * c.per_kv_block + c.per_item;
         if (st.load > 0 && st.load + cost > cap) {
           sink.cluster_done(st.cluster, st.load);
           ++st.cluster;
           st.load = 0;
         }
         if (st.cluster >= num_clusters || cost > cap) return false;
-        sink.piece(st.cluster, b, r, t, 0, 0, r.blocks);
+        sink.item(st.cluster, b, t);
         st.load += cost;
       }
-      sink.request_done(b, r, 1);
+    }
+    if (st.load > 0) sink.cluster_done(st.cluster, st.load);
+    return true;
+  }
+  for (int b = 0; b < p.batch; ++b) {
+    RequestInfo r = request_info(p, seqlens[b], num_tiles);
+    if (r.blocks == 0 || r.tiles == 0) {
+      sink.request_done(b, r, 0);
       continue;
     }
     const int64_t nt = r.tiles;
@@ -251,7 +269,7 @@ struct CountSink {
   int items_in_cluster = 0;
   PlanCounts* counts;
   KBMLA_HD explicit CountSink(PlanCounts* c) : counts(c) {}
-  KBMLA_HD void piece(int cluster, int, const RequestInfo&, int, int, int, int) {
+  KBMLA_HD void item(int cluster, int, int) {
     if (cluster != current_cluster) {
       current_cluster = cluster;
       items_in_cluster = 0;
@@ -261,6 +279,8 @@ struct CountSink {
     ++counts->num_items;
     if (items_in_cluster > counts->max_items_per_cluster) counts->max_items_per_cluster = items_in_cluster;
   }
+  KBMLA_HD void piece(int cluster, int b, const RequestInfo&, int tile, int, int, int) { item(cluster, b, tile); }
+  KBMLA_HD void whole_request(int, const RequestInfo&) {}
   KBMLA_HD void request_done(int, const RequestInfo& r, int splits) {
     counts->num_pieces += splits;
     if (splits > 0) counts->num_bounds += splits + 1;
@@ -280,17 +300,26 @@ struct WriteSink {
   int bounds_used = 0;
   int slots_used = 0;
   int zero_fill_used = 0;
-  KBMLA_HD void piece(int cluster, int b, const RequestInfo& r, int tile, int split, int begin, int end) {
+  KBMLA_HD void entry(int cluster, int b, int tile, int split) {
     if (cluster != current_cluster) {
       current_cluster = cluster;
       items_in_cluster = 0;
     }
     out->work_list[cluster + items_in_cluster * counts->num_active_clusters] = make_work_entry(tile, b, p->batch, split);
     ++items_in_cluster;
-    if (tile != r.first_tile) return;  // later tiles reuse the first tile's bounds
+  }
+  KBMLA_HD void item(int cluster, int b, int tile) { entry(cluster, b, tile, 0); }
+  KBMLA_HD void piece(int cluster, int b, const RequestInfo& r, int tile, int split, int begin, int end) {
+    entry(cluster, b, tile, split);
+    if (tile != r.first_tile) return;  // the request's other tiles share these bounds
     if (split == 0) out->bounds_offset[b] = bounds_used;
     out->bounds[bounds_used + split] = begin;
     out->bounds[bounds_used + split + 1] = end;
+  }
+  KBMLA_HD void whole_request(int b, const RequestInfo& r) {
+    out->bounds_offset[b] = bounds_used;
+    out->bounds[bounds_used] = 0;
+    out->bounds[bounds_used + 1] = r.blocks;
   }
   KBMLA_HD void request_done(int b, const RequestInfo& r, int splits) {
     out->num_splits[b] = splits;
