@@ -49,6 +49,7 @@ struct BenchOptions {
   bool spike = false;
   bool balance = false;
   bool device_plan = false;
+  int invariant_blocks = 0;
   CostModel cost{0, 0, 0};  // zeros: the decode's default model
 };
 
@@ -258,15 +259,17 @@ int run_bench(const BenchOptions& o) {
       return a;
     };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
-                       sm90::KernelMode mode = sm90::KernelMode::kFull) {
+                       sm90::KernelMode mode = sm90::KernelMode::kFull, int invariant_blocks = 0) {
       Measurement m;
       m.policy = policy_name(policy);
       if (mode == sm90::KernelMode::kLoadOnly) m.policy += "/load_only";
       if (mode == sm90::KernelMode::kMathOnly) m.policy += "/math_only";
+      if (invariant_blocks > 0) m.policy += "/invariant";
       PlanOptions opt;
       opt.policy = policy;
       opt.num_ctas = sms;
       opt.static_splits = splits;
+      opt.batch_invariant_split_blocks = invariant_blocks;
       if (o.cost.per_kv_block > 0 || o.cost.per_item > 0 || o.cost.per_split > 0) {
         CostModel c = sm90_bf16_cost_model(std::min(bc.heads * bc.q_len, kSm90RowsPerCta));
         if (o.cost.per_kv_block > 0) c.per_kv_block = o.cost.per_kv_block;
@@ -345,6 +348,7 @@ int run_bench(const BenchOptions& o) {
       runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
     }
     if (o.device_plan) runs_to_do.push_back({"worklist/device_plan", sm90::KernelMode::kFull});
+    if (o.invariant_blocks > 0) runs_to_do.push_back({"worklist/invariant", sm90::KernelMode::kFull});
     // An untimed pass first: right after the cache is written the first policy timed ran
     // ~7 us slower than the same plan timed later (measured 2026-11-29; L2 write-back of the
     // freshly filled cache), which biased whichever policy came first.
@@ -368,10 +372,13 @@ int run_bench(const BenchOptions& o) {
     std::vector<Measurement> for_svg;
     for (const auto& [pname, mode] : runs_to_do) {
       const bool device_plan = pname == "worklist/device_plan";
-      const Policy policy = device_plan ? Policy::kWorkList : policy_of(pname);
+      const bool invariant = pname == "worklist/invariant";
+      const Policy policy = device_plan || invariant ? Policy::kWorkList : policy_of(pname);
       Measurement best;
       if (device_plan) {
         best = measure_device_plan();
+      } else if (invariant) {
+        best = measure(policy, 0, o.runs, false, mode, o.invariant_blocks);
       } else if (policy == Policy::kWorkList) {
         best = measure(policy, 0, o.runs, mode == sm90::KernelMode::kFull, mode);
       } else {
@@ -459,6 +466,9 @@ Action add_bench_command(CLI::App& app) {
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");
   cmd->add_option("--svg-dir", o->svg_dir, "With --balance: write <dir>/<case>.svg, one panel per policy");
   add_cost_options(cmd, o->cost);
+  cmd->add_option("--batch-invariant", o->invariant_blocks,
+                  "Also time the batch-invariant work list (PlanOptions::batch_invariant_split_blocks = N KV blocks)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--device-plan", o->device_plan,
                 "Also time the work list planned on the GPU (plan_us is then the GPU replan time)");
   cmd->add_flag("--spike", o->spike,

@@ -45,6 +45,11 @@ struct PlanOptions {
   int num_ctas = 0;       // CTA budget; 0 = every SM of the current device
   int static_splits = 0;  // static policies: split count, 0 = best of a cost-model sweep
   std::optional<CostModel> cost;  // planner cost model; default: sm90_bf16_cost_model(rows)
+  // Work list only, host plans: > 0 makes the plan batch-invariant. Each request is split
+  // every this many 64-token KV blocks (at least ceil(blocks / 256)), from its own length
+  // alone, so its output is bitwise the same whatever else is in the batch; the pieces
+  // are then balanced over the CTAs whole. 0: balanced splits (the default, faster).
+  int batch_invariant_split_blocks = 0;
 };
 
 // Throws kbmla::Error naming the field and its allowed range.

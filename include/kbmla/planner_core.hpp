@@ -74,6 +74,10 @@ struct PlanShape {
   // Launch every slot (work-list column stride G) instead of only those with work. Plans
   // made on the device use it: their grid is fixed when a CUDA graph is captured.
   bool fixed_grid = false;
+  // Batch-invariant plans (> 0): every request is cut into pieces of this many KV blocks
+  // (at least ceil(blocks / 256)), chosen from its own length only, so its output does not
+  // depend on the rest of the batch; the pieces are then placed, whole, to balance.
+  int fixed_split_blocks = 0;
 };
 
 enum PlanStatus : int {
@@ -222,6 +226,24 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
     auto emit = [&](int split, int begin, int end) {
       for (int t = r.first_tile; t < num_tiles; ++t) sink.piece(st.cluster, b, r, t, split, begin, end);
     };
+    if (p.fixed_split_blocks > 0) {  // batch-invariant: cuts from the request's length only
+      const int chunk = p.fixed_split_blocks > r.min_piece ? p.fixed_split_blocks : r.min_piece;
+      const int pieces = ceil_div(r.blocks, chunk);
+      for (int k = 0; k < pieces; ++k) {
+        const int begin = k * chunk, end = begin + chunk < r.blocks ? begin + chunk : r.blocks;
+        const int64_t cost = pieces > 1 ? piece_overhead + nt * (end - begin) * c.per_kv_block : whole;
+        if (st.load > 0 && st.load + cost > cap) {
+          sink.cluster_done(st.cluster, st.load);
+          ++st.cluster;
+          st.load = 0;
+        }
+        if (st.cluster >= num_clusters || cost > cap) return false;
+        emit(k, begin, end);
+        st.load += cost;
+      }
+      sink.request_done(b, r, pieces);
+      continue;
+    }
     int split = 0;
     int begin = 0;
     for (;;) {
@@ -429,7 +451,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   counts.cap = search.high;
   // Whole requests with their q tiles spread (see fill), if some cap within 1/32 of the
   // least cap with cuts fits them: then the least such cap, found the same way.
-  if (T > 1) {
+  if (T > 1 && p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
     auto fits_whole = [&](int64_t cap) {
       NullSink null_sink;
       return fill(p, seqlens, T, G, cap, true, null_sink);

@@ -15,6 +15,8 @@ void validate_plan_shape(const PlanShape& s) {
   require(s.cluster_size >= 1 && s.tile_rows % s.cluster_size == 0, "plan: cluster_size (", s.cluster_size,
           ") must be >= 1 and divide tile_rows (", s.tile_rows, ")");
   require(s.kv_block >= 1, "plan: kv_block (", s.kv_block, ") must be >= 1 token");
+  require(s.fixed_split_blocks >= 0, "plan: fixed_split_blocks (", s.fixed_split_blocks,
+          ") must be >= 0 (0: balanced splits)");
   require(s.num_ctas >= s.cluster_size, "plan: num_ctas (", s.num_ctas, ") must be >= cluster_size (",
           s.cluster_size, ")");
   require(s.cost.per_kv_block > 0 && s.cost.per_item > 0 && s.cost.per_split > 0,

@@ -120,6 +120,7 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.kv_block = sm90::kBlockTokens;
   shape.num_ctas = options.num_ctas;
+  shape.fixed_split_blocks = options.batch_invariant_split_blocks;
   shape.cost = options.cost ? *options.cost : sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
   return shape;
 }
@@ -144,6 +145,10 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   require(batch >= 1, "plan: batch (", batch, ") must be >= 1");
   require(options.policy == Policy::kWorkList, "plan: device planning makes work-list plans; policy ",
           policy_name(options.policy), " is planned on the host (DevicePlan::create)");
+  require(options.batch_invariant_split_blocks == 0, "plan: batch_invariant_split_blocks (",
+          options.batch_invariant_split_blocks,
+          ") is for host plans (DevicePlan::create): a device plan's workspace is sized for "
+          "balanced splits (at most 2 (G - 1) partial slots)");
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->options = options;
@@ -267,6 +272,11 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   impl->options = options;
   impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
   PlanShape shape = decode_plan_shape(config, int(seqlens.size()), impl->options);
+  require(options.batch_invariant_split_blocks >= 0, "plan: batch_invariant_split_blocks (",
+          options.batch_invariant_split_blocks, ") must be >= 0 (0: balanced splits)");
+  require(options.batch_invariant_split_blocks == 0 || options.policy == Policy::kWorkList,
+          "plan: batch_invariant_split_blocks (", options.batch_invariant_split_blocks,
+          ") needs the work-list policy, not ", policy_name(options.policy));
   if (options.policy == Policy::kWorkList) {
     impl->host = make_host_plan(shape, seqlens);
   } else {
