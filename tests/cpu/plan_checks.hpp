@@ -14,6 +14,18 @@
 
 namespace kbmla::test {
 
+// The sm_90 kernel's plan shape: 64 rows per CTA, 2-CTA clusters above 64 rows.
+inline PlanShape sm90_shape(int batch, int q_len, int heads, int ctas = 132) {
+  PlanShape s;
+  s.batch = batch;
+  s.q_len = q_len;
+  s.heads = heads;
+  s.cluster_size = heads * q_len > 64 ? 2 : 1;
+  s.tile_rows = 64 * s.cluster_size;
+  s.num_ctas = ctas;
+  return s;
+}
+
 inline int visible_first_tile(const PlanShape& s, int L, int tiles) {
   // Independent of the planner: scan rows for the first one that sees a key.
   const int rows = s.heads * s.q_len;

@@ -16,13 +16,7 @@ namespace kbmla {
 namespace {
 
 PlanShape invariant_shape(int batch, int q_len, int heads, int ctas, int chunk) {
-  PlanShape s;
-  s.batch = batch;
-  s.q_len = q_len;
-  s.heads = heads;
-  s.cluster_size = heads * q_len > 64 ? 2 : 1;
-  s.tile_rows = 64 * s.cluster_size;
-  s.num_ctas = ctas;
+  PlanShape s = test::sm90_shape(batch, q_len, heads, ctas);
   s.fixed_split_blocks = chunk;
   return s;
 }

@@ -13,16 +13,7 @@
 namespace kbmla {
 namespace {
 
-PlanShape sm90_shape(int batch, int q_len, int heads, int ctas = 132) {
-  PlanShape s;
-  s.batch = batch;
-  s.q_len = q_len;
-  s.heads = heads;
-  s.cluster_size = heads * q_len > 64 ? 2 : 1;
-  s.tile_rows = 64 * s.cluster_size;
-  s.num_ctas = ctas;
-  return s;
-}
+using test::sm90_shape;
 
 void expect_balanced(const PlanShape& s, const std::vector<int32_t>& seqlens, const HostPlan& plan) {
   CostStats st = cost_stats(plan.cluster_cost);
