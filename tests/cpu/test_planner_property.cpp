@@ -4,6 +4,7 @@
 // of 25,000 so ctest can spread them over cores.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -51,23 +52,30 @@ std::vector<int32_t> random_seqlens(std::mt19937_64& rng, int batch) {
   return s;
 }
 
+// Batch 1..2^max_log_batch, q_len 1..9, heads 1..128, causal or not (q_len > 1), CTA
+// budgets 132 or 1..264, the sm_90 tile and cluster for the rows.
+PlanShape random_shape(std::mt19937_64& rng, int max_log_batch) {
+  std::uniform_int_distribution<int> q_len_d(1, 9), heads_d(1, 128), log_batch(0, max_log_batch), coin(0, 1);
+  std::uniform_int_distribution<int> ctas_d(1, 264);
+  PlanShape s;
+  const int hi = 1 << log_batch(rng);
+  s.batch = std::uniform_int_distribution<int>(std::max(1, hi / 2), hi)(rng);
+  s.q_len = q_len_d(rng);
+  s.heads = heads_d(rng);
+  s.causal = coin(rng) || s.q_len == 1;
+  s.cluster_size = s.heads * s.q_len > 64 ? 2 : 1;
+  s.tile_rows = 64 * s.cluster_size;
+  s.num_ctas = coin(rng) ? 132 : std::max(s.cluster_size, ctas_d(rng));
+  return s;
+}
+
 class PlannerProperty : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlannerProperty, RandomConfigurationsHoldEveryInvariant) {
   std::mt19937_64 rng(0x6b626d6c61ull + GetParam());
-  std::uniform_int_distribution<int> q_len_d(1, 9), heads_d(1, 128), log_batch(0, 10), coin(0, 1);
-  std::uniform_int_distribution<int> ctas_d(1, 264);
   int failures = 0;
   for (int i = 0; i < kConfigsPerShard && failures < 5; ++i) {
-    PlanShape s;
-    const int hi = 1 << log_batch(rng);
-    s.batch = std::uniform_int_distribution<int>(std::max(1, hi / 2), hi)(rng);
-    s.q_len = q_len_d(rng);
-    s.heads = heads_d(rng);
-    s.causal = coin(rng) || s.q_len == 1;
-    s.cluster_size = s.heads * s.q_len > 64 ? 2 : 1;
-    s.tile_rows = 64 * s.cluster_size;
-    s.num_ctas = coin(rng) ? 132 : std::max(s.cluster_size, ctas_d(rng));
+    PlanShape s = random_shape(rng, 10);
     std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
     s.fixed_grid = i % 7 == 0;
     HostPlan plan = make_host_plan(s, seqlens);
@@ -91,6 +99,40 @@ TEST_P(PlannerProperty, RandomConfigurationsHoldEveryInvariant) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, PlannerProperty, ::testing::Range(0, kShards));
+
+// Every event a fill emits, in order.
+struct RecordingSink {
+  std::vector<std::array<int64_t, 7>> events;
+  void piece(int cluster, int b, const plan_detail::RequestInfo&, int tile, int split, int begin, int end) {
+    events.push_back({0, cluster, b, tile, split, begin, end});
+  }
+  void whole_request(int b, const plan_detail::RequestInfo&) { events.push_back({1, b, 0, 0, 0, 0, 0}); }
+  void item(int cluster, int b, int tile) { events.push_back({2, cluster, b, tile, 0, 0, 0}); }
+  void request_done(int b, const plan_detail::RequestInfo&, int splits) { events.push_back({3, b, splits, 0, 0, 0, 0}); }
+  void cluster_done(int cluster, int64_t load) { events.push_back({4, cluster, load, 0, 0, 0, 0}); }
+};
+
+// The fill's one-step jump over the slots a long request fills is the slot-by-slot loop:
+// same verdict and the same events, for random shapes and caps around the planned one.
+TEST(PlannerFill, JumpOverFullSlotsEmitsWhatTheLoopEmits) {
+  std::mt19937_64 rng(0x6a756d70ull);
+  std::uniform_int_distribution<int> scale_d(900, 1100);
+  for (int i = 0; i < 20000; ++i) {
+    PlanShape s = random_shape(rng, 8);
+    std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
+    const PlanCounts counts = plan_measure(s, seqlens.data());
+    const int64_t cap = std::max<int64_t>(1, counts.cap * scale_d(rng) / 1000);
+    RecordingSink jump, loop;
+    const bool a = plan_detail::fill<RecordingSink, true>(s, seqlens.data(), counts.num_q_tiles, counts.num_clusters,
+                                                          cap, false, jump);
+    const bool b = plan_detail::fill<RecordingSink, false>(s, seqlens.data(), counts.num_q_tiles,
+                                                           counts.num_clusters, cap, false, loop);
+    ASSERT_EQ(a, b) << "config " << i;
+    if (a) {
+      ASSERT_EQ(jump.events, loop.events) << "config " << i;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace kbmla
