@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kbmla needs on a fresh Debian 12 machine that already has the CUDA
-# toolkit (nvcc 13.0): the Debian packages and the pinned CuTe/CUTLASS headers from PyPI.
+# toolkit (nvcc 13.0): the Debian packages, the pinned CuTe/CUTLASS headers from PyPI, and
+# nanobind, pytest and numpy for the Python module.
 set -euo pipefail
 
 # Pinned: the CuTe/CUTLASS headers inside this wheel are the ones the kernels are written
@@ -18,10 +19,18 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-have=$(python3 -c 'import importlib.metadata as m; print(m.version("nvidia-cutlass"))' 2>/dev/null || true)
-if [ "$have" != "$CUTLASS_PYPI_VERSION" ]; then
-  python3 -m pip install -q --disable-pip-version-check "nvidia-cutlass==${CUTLASS_PYPI_VERSION}" 2>/dev/null ||
-    python3 -m pip install -q --disable-pip-version-check --break-system-packages "nvidia-cutlass==${CUTLASS_PYPI_VERSION}"
+# PyPI packages, pinned: the CuTe headers, and for the Python module (python/) nanobind,
+# with pytest and numpy for its CPU tests.
+pypi=("nvidia-cutlass==${CUTLASS_PYPI_VERSION}" "nanobind==2.4.0" "pytest==9.2.0" "numpy==2.4.6")
+need=()
+for spec in "${pypi[@]}"; do
+  name=${spec%%==*}; want=${spec##*==}
+  have=$(python3 -c "import importlib.metadata as m; print(m.version('$name'))" 2>/dev/null || true)
+  [ "$have" = "$want" ] || need+=("$spec")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  python3 -m pip install -q --disable-pip-version-check "${need[@]}" 2>/dev/null ||
+    python3 -m pip install -q --disable-pip-version-check --break-system-packages "${need[@]}"
 fi
 
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || {

@@ -1,0 +1,109 @@
+"""CPU-side tests of the Python binding: configuration errors, the host planner through
+Python, and the tensor checks of decode() (shapes, dtypes, layout, device) with host
+arrays. GPU tests of the binding need a CUDA array library and run on the GPU machine."""
+import numpy as np
+import pytest
+
+import kbmla
+
+
+def cfg(**kw):
+    args = dict(heads=16, q_len=4, softmax_scale=576 ** -0.5)
+    args.update(kw)
+    return kbmla.DecodeConfig(**args)
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("heads", 129, "heads (129) must be in 1..128"),
+        ("q_len", 17, "q_len (17) must be in 1..16"),
+        ("d_qk", 448, "d_qk (448) is not supported; supported: 576, 512"),
+        ("page_size", 32, "page_size (32) is not supported; supported: 64"),
+        ("softmax_scale", 0.0, "softmax_scale (0) must be positive and finite"),
+    ],
+)
+def test_config_errors_name_the_value(field, value, message):
+    c = cfg(**{field: value})
+    with pytest.raises(ValueError, match=r".*" + message.replace("(", r"\(").replace(")", r"\)")):
+        c.validate()
+
+
+def covered(plan, b):
+    off, ns = plan["bounds_offset"][b], plan["num_splits"][b]
+    return plan["bounds"][off : off + ns + 1].tolist() if ns else []
+
+
+def test_host_plan_covers_every_block_and_balances():
+    seqlens = [131072] + [1024] * 127
+    plan = kbmla.host_plan(cfg(q_len=1), seqlens, num_ctas=132)
+    for b, L in enumerate(seqlens):
+        bounds = covered(plan, b)
+        assert bounds[0] == 0 and bounds[-1] == (L + 63) // 64
+        assert all(x < y for x, y in zip(bounds, bounds[1:]))
+    assert plan["num_splits"][0] > 32  # the long request is spread
+    cost = plan["slot_cost_ns"]
+    assert cost.max() <= 1.05 * cost.mean()
+
+
+def test_host_plan_zero_fills_requests_without_keys():
+    plan = kbmla.host_plan(cfg(), [0, 100], num_ctas=8)
+    assert plan["num_splits"][0] == 0
+    assert len(plan["zero_fill"]) == 1
+
+
+def test_batch_invariant_splits_depend_on_the_request_only():
+    x = 70000
+    a = kbmla.host_plan(cfg(), [x], batch_invariant_split_blocks=32)
+    b = kbmla.host_plan(cfg(), [5, 300, x, 0, 90000], num_ctas=40, batch_invariant_split_blocks=32)
+    assert covered(a, 0) == covered(b, 2)
+    assert covered(a, 0) == list(range(0, 1094, 32)) + [1094]
+
+
+def test_host_plan_rejects_bad_input():
+    with pytest.raises(ValueError, match=r"seqlens\[1\] = -4 must be >= 0"):
+        kbmla.host_plan(cfg(), [10, -4])
+    with pytest.raises(ValueError, match="seqlens is empty"):
+        kbmla.host_plan(cfg(), [])
+
+
+def args(batch=3, **override):
+    c = cfg()
+    a = dict(
+        q=np.zeros((batch, c.q_len, c.heads, 576), np.uint16),
+        block_table=np.zeros((batch, 2), np.int32),
+        seqlens=np.zeros(batch, np.int32),
+        out=np.zeros((batch, c.q_len, c.heads, 512), np.uint16),
+        lse=np.zeros((batch, c.q_len, c.heads), np.float32),
+        workspace=np.zeros(4096, np.uint8),
+    )
+    a.update(override)
+    return c, a
+
+
+def check(c, batch, a, workspace_bytes=256):
+    kbmla.check_decode_args(c, batch, a["q"], a["block_table"], a["seqlens"], a["out"], a["lse"], a["workspace"],
+                            workspace_bytes)
+
+
+def test_decode_args_wrong_shape_is_named():
+    c, a = args(q=np.zeros((3, 4, 16, 512), np.uint16))
+    with pytest.raises(ValueError, match=r"q has shape \(3, 4, 16, 512\), expected \(3, 4, 16, 576\)"):
+        check(c, 3, a)
+
+
+def test_decode_args_wrong_dtype_is_named():
+    c, a = args()
+    with pytest.raises(ValueError, match="q has dtype uint16, expected bfloat16"):
+        check(c, 3, a)
+
+
+def test_decode_args_non_contiguous_q_is_rejected():
+    c, a = args(q=np.zeros((3, 4, 16, 1152), np.uint16)[..., ::2])
+    with pytest.raises(ValueError, match=r"q must be contiguous \(row-major\); stride 2 of dimension 3 should be 1"):
+        check(c, 3, a)
+
+
+def test_host_arrays_are_rejected_as_not_cuda():
+    with pytest.raises(ValueError, match="workspace must be a CUDA tensor"):
+        kbmla.init_workspace(np.zeros(1024, np.uint8))
