@@ -482,8 +482,8 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
     };
     const int64_t limit = counts.cap + counts.cap / 32;
     if (ex.single([&] { return fits_whole(limit); })) {
-      CapSearch whole;
-      whole.low = search.low < ceil_div64(tc.total, G) - 1 ? search.low : ceil_div64(tc.total, G) - 1;
+      CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
+      whole.low = ceil_div64(tc.total, G) - 1;
       if (whole.low < 0) whole.low = 0;
       whole.high = limit;
       whole.step = 1;
