@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a carried build/: the GPU test tiers and the benchmark,
 # logs and the bench JSON under $OUT (or ./gpu-out). Usage:
-#   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance sanitizer bench ncu
+#   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance example sanitizer bench ncu
 #   (default: all but ncu)
 set -uo pipefail
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 commit="${KBMLA_COMMIT:-unknown}"
-tiers="${*:-sass smoke sweep planner large invariance sanitizer bench}"
+tiers="${*:-sass smoke sweep planner large invariance example sanitizer bench}"
 status=0
 for t in $tiers; do
   case "$t" in
@@ -22,6 +22,8 @@ for t in $tiers; do
            tail -3 "$out/large.log" ;;
     invariance) timeout -s KILL 200 build/tests/kbmla_gpu_tests --gtest_filter='GpuBatchInvariance.*' > "$out/invariance.log" 2>&1 || status=1
                 tail -3 "$out/invariance.log" ;;
+    example) timeout -s KILL 200 build/kbmla_example_decode_loop 64 100 > "$out/example.log" 2>&1 || status=1
+             cat "$out/example.log" ;;
     sanitizer) timeout -s KILL 300 tests/gpu/run_sanitizer.sh build/tests/kbmla_gpu_tests > "$out/sanitizer.log" 2>&1 || status=1
                grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tail -3 ;;
     bench) for r in $(seq 1 "${BENCH_REPEATS:-1}"); do
