@@ -35,6 +35,8 @@ struct CheckOptions {
   std::string policy = "worklist";
   bool no_causal = false;
   double scale = 0;  // 0: 1 / sqrt(192), Kimi K3
+  int d_qk = 576;
+  int invariant_blocks = 0;  // > 0: batch-invariant work list (splits every this many blocks)
 };
 
 Policy parse_policy(const std::string& n) {
@@ -61,6 +63,7 @@ bool run_gpu_check(const ref::Problem& problem, const ref::RandomProblem<ref::Bf
   config.heads = problem.heads;
   config.q_len = problem.q_len;
   config.causal = problem.causal;
+  config.d_qk = problem.d_qk;
   config.softmax_scale = float(problem.scale);
   DevicePlan plan = DevicePlan::create(config, seqlens, options);
   const size_t rows = size_t(problem.batch) * problem.q_len * problem.heads;
@@ -76,7 +79,7 @@ bool run_gpu_check(const ref::Problem& problem, const ref::RandomProblem<ref::Bf
   cuda_check(cudaMemset(out, 0xff, rows * 512 * 2), "poison");
   cuda_check(cudaMemset(lse, 0xff, rows * 4), "poison");
   init_workspace(ws, plan.workspace_bytes(), nullptr);
-  KvCache kv(cache, problem.num_pages, problem.page_size);
+  KvCache kv(cache, problem.num_pages, problem.page_size, problem.d_qk);
   DecodeArgs args;
   args.q = q;
   args.block_table = block_table;
@@ -127,6 +130,7 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
   problem.causal = !o.no_causal;
   problem.scale = o.scale > 0 ? o.scale : 1.0 / std::sqrt(192.0);
   problem.page_size = 64;
+  problem.d_qk = o.d_qk;
   auto data = ref::make_random_problem<ref::Bf16>(problem, seqlens, o.seed);
   problem = data.problem;
 
@@ -138,9 +142,11 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
   shape.cluster_size = sm90_cluster_size(problem.heads, problem.q_len);
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.cost = sm90_bf16_cost_model(std::min(problem.heads * problem.q_len, kSm90RowsPerCta));
+  shape.fixed_split_blocks = o.invariant_blocks;
 
-  fmt::print("batch {}: heads {}, q_len {}, {}, seqlens", problem.batch, problem.heads, problem.q_len,
-             problem.causal ? "causal" : "not causal");
+  fmt::print("batch {}: heads {}, q_len {}, d_qk {}, {}{}, seqlens", problem.batch, problem.heads, problem.q_len,
+             problem.d_qk, problem.causal ? "causal" : "not causal",
+             o.invariant_blocks > 0 ? fmt::format(", batch-invariant splits of {} blocks", o.invariant_blocks) : "");
   for (size_t i = 0; i < seqlens.size() && i < 16; ++i) fmt::print(" {}", seqlens[i]);
   fmt::print("{}; bf16 paged cache, page 64, random page order, unused pages NaN\n", seqlens.size() > 16 ? " ..." : "");
 
@@ -164,6 +170,7 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
     PlanOptions options;
     options.policy = policy;
     options.num_ctas = o.sms;
+    options.batch_invariant_split_blocks = o.invariant_blocks;
     all_ok = run_gpu_check(problem, data, seqlens, expected, options) && all_ok;
   }
   fmt::print("{}: {}\n", label, all_ok ? "PASS" : "FAIL");
@@ -196,6 +203,11 @@ Action add_check_command(CLI::App& app) {
   cmd->add_option("--sms", o->sms, "CTA budget (0: every SM; 132 for the emulation)")->check(CLI::Range(0, 4096));
   cmd->add_option("--scale", o->scale, "Softmax scale (default 1/sqrt(192))")->check(CLI::PositiveNumber);
   cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
+  cmd->add_option("--d-qk", o->d_qk, "Query/key width: 576 (latent + rope) or 512 (no rope)")
+      ->check(CLI::IsMember({576, 512}));
+  cmd->add_option("--batch-invariant", o->invariant_blocks,
+                  "Batch-invariant work list: split every N KV blocks (0: balanced)")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--seed", o->seed, "Random seed");
   return [o] {
     return run_check(*o, parse_seqlens_csv(o->seqlens_csv), {o->sms > 0 ? o->sms : 132}, "check");
