@@ -127,16 +127,30 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
 
 // 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
 // (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the
-// persistent grid waits for another to finish.
+// persistent grid waits for another to finish. Plans are made every step, and the
+// property and occupancy queries cost driver round trips: they are asked once per device.
 int resolve_num_ctas(int requested, const DecodeConfig& config) {
   if (requested != 0) return requested;
+  struct Budget {
+    bool known = false;
+    int sm_count = 0, pair_clusters = 0;
+  };
+  static std::mutex mutex;
+  static std::vector<Budget> budgets;  // per device ordinal
   int d = 0;
   cudaGetDevice(&d);
-  DeviceInfo dev = query_device(d);
-  require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
-  const int cluster = sm90_cluster_size(config.heads, config.q_len);
-  if (cluster == 1 || !dev.supported) return dev.sm_count;
-  return std::min(dev.sm_count, cluster * sm90::max_active_clusters(cluster));
+  std::lock_guard<std::mutex> lock(mutex);
+  if (size_t(d) >= budgets.size()) budgets.resize(size_t(d) + 1);
+  Budget& b = budgets[size_t(d)];
+  if (!b.known) {
+    DeviceInfo dev = query_device(d);
+    require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
+    b.sm_count = dev.sm_count;
+    b.pair_clusters = dev.supported ? sm90::max_active_clusters(2) : dev.sm_count / 2;
+    b.known = true;
+  }
+  if (sm90_cluster_size(config.heads, config.q_len) == 1) return b.sm_count;
+  return std::min(b.sm_count, 2 * b.pair_clusters);
 }
 }  // namespace
 
