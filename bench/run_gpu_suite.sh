@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a carried build/: the GPU test tiers and the benchmark,
 # logs and the bench JSON under $OUT (or ./gpu-out). Usage:
-#   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance example sanitizer bench ncu
-#   (default: all but ncu)
+#   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance example python
+#   sanitizer bench ncu (default: all but ncu). `python` needs the module built here for the
+#   GPU machine's Python 3.12 and carried: cmake -S . -B build-py312 -DBUILD_TESTING=OFF
+#   -DPython_EXECUTABLE=<python3.12> && cmake --build build-py312 --target _kbmla
 set -uo pipefail
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 commit="${KBMLA_COMMIT:-unknown}"
-tiers="${*:-sass smoke sweep planner large invariance example sanitizer bench}"
+tiers="${*:-sass smoke sweep planner large invariance example python sanitizer bench}"
 status=0
 for t in $tiers; do
   case "$t" in
@@ -24,6 +26,9 @@ for t in $tiers; do
                 tail -3 "$out/invariance.log" ;;
     example) timeout -s KILL 200 build/kbmla_example_decode_loop 64 100 > "$out/example.log" 2>&1 || status=1
              cat "$out/example.log" ;;
+    python) PYTHONPATH="${KBMLA_PY_BUILD:-build-py312}/python" timeout -s KILL 300 python3 -m pytest -q python/tests \
+              > "$out/python.log" 2>&1 || status=1
+            tail -5 "$out/python.log" ;;
     sanitizer) timeout -s KILL 300 tests/gpu/run_sanitizer.sh build/tests/kbmla_gpu_tests > "$out/sanitizer.log" 2>&1 || status=1
                grep -E "ERROR SUMMARY|PASSED|FAILED" "$out/sanitizer.log" | tail -3 ;;
     bench) for r in $(seq 1 "${BENCH_REPEATS:-1}"); do

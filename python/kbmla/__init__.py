@@ -9,7 +9,8 @@ Tensors are passed through DLPack (torch, CuPy, JAX, ...), used in place. A deco
     kbmla.init_workspace(ws)                               # once per workspace
     kbmla.decode(plan, cache, q, block_table, seqlens, out, lse, ws, stream)  # every layer
 
-Errors in arguments raise ValueError naming the value and what is allowed.
+Errors in arguments raise ValueError naming the value and what is allowed. With torch,
+`import kbmla.torch_ops` registers torch.ops.kbmla.decode for torch.compile.
 """
 from ._kbmla import (  # noqa: F401
     DecodeConfig,

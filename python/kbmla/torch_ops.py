@@ -1,0 +1,40 @@
+"""torch.library custom ops over kbmla.decode, so torch.compile traces it as one opaque,
+mutating op (with a fake implementation for shape propagation) and CUDA-graph capture
+records its launches on the current stream.
+
+    import kbmla, kbmla.torch_ops as kops
+    plan_h, cache_h = kops.handle(plan), kops.handle(cache)
+    torch.ops.kbmla.decode(q, block_table, seqlens, out, lse, workspace, plan_h, cache_h)
+
+Plans and caches are C++ objects: they enter the op as integer handles from handle(),
+which keeps them alive until release(). The GPU tests (python/tests/test_gpu.py) cover
+eager, graph capture and torch.compile.
+"""
+import torch
+
+from . import _kbmla
+
+_objects = {}
+
+
+def handle(obj) -> int:
+    """An integer handle for a kbmla.Plan or kbmla.KvCache, usable inside custom ops."""
+    key = id(obj)
+    _objects[key] = obj
+    return key
+
+
+def release(obj) -> None:
+    _objects.pop(id(obj), None)
+
+
+@torch.library.custom_op("kbmla::decode", mutates_args=("out", "lse", "workspace"), device_types="cuda")
+def decode(q: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor, out: torch.Tensor,
+           lse: torch.Tensor, workspace: torch.Tensor, plan: int, cache: int) -> None:
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    _kbmla.decode(_objects[plan], _objects[cache], q, block_table, seqlens, out, lse, workspace, stream)
+
+
+@decode.register_fake
+def _decode_fake(q, block_table, seqlens, out, lse, workspace, plan, cache):
+    return None
