@@ -17,8 +17,8 @@
 // available slots is found by a K-ary search over integers (see CapSearch). Because
 // pieces of one request go to consecutive slots and each cut advances the slot, a plan has
 // at most B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots. When
-// requests have several q tiles and whole requests with their tiles spread over slots
-// fit within 1/32 of that cap, the plan makes no cut at all (see fill).
+// whole requests, their q tiles spread over slots, fit within 1/16 of that cap, the plan
+// makes no cut at all (see fill).
 //
 // Work-list form. We use the seed's walk with the wider column form: slot g's items sit
 // at entries g, g + A, g + 2A, ... followed by one negative entry, A being the slots that
@@ -162,9 +162,9 @@ KBMLA_HD RequestInfo request_info(const PlanShape& p, int seqlen, int num_tiles)
 //    slot; a request that does not fit the current slot is cut there;
 //  - whole requests (`whole_requests`): no cuts, and each q tile of a request is its own
 //    unit, so a request's tiles may go to different slots. The planner takes this form
-//    when it fits within 1/32 of the least cap with cuts (plan_measure_with): measured,
-//    uniform batches of several q tiles per request were cut to gain ~3 % of modelled
-//    balance and lost 7-16 % to partial-O writes and the combine (bench/NOTES.md, v7).
+//    when it fits within 1/16 of the least cap with cuts (plan_measure_with): measured,
+//    uniform batches were cut to gain 3-6 % of modelled balance and lost up to 16 % to
+//    partial-O writes and the combine (bench/NOTES.md, v7, v8).
 struct FillState {
   int cluster = 0;
   int64_t load = 0;
@@ -473,14 +473,16 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   while (!search.done()) search.update(ex.first_fitting(search, fits));
   counts.cap = search.high;
-  // Whole requests with their q tiles spread (see fill), if some cap within 1/32 of the
-  // least cap with cuts fits them: then the least such cap, found the same way.
-  if (T > 1 && p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
+  // Whole requests with their q tiles spread (see fill), if some cap within 1/16 of the
+  // least cap with cuts fits them: then the least such cap, found the same way. Measured
+  // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
+  // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was 3-6 %.
+  if (p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
     auto fits_whole = [&](int64_t cap) {
       NullSink null_sink;
       return fill(p, seqlens, T, G, cap, true, null_sink);
     };
-    const int64_t limit = counts.cap + counts.cap / 32;
+    const int64_t limit = counts.cap + counts.cap / 16;
     if (ex.single([&] { return fits_whole(limit); })) {
       CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
       whole.low = ceil_div64(tc.total, G) - 1;
