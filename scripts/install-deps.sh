@@ -8,7 +8,7 @@ set -euo pipefail
 # against (cutlass_library/source/include); CMake asks python3 where they are.
 CUTLASS_PYPI_VERSION=4.2.0.0
 
-debs=(cmake ninja-build g++ python3 python3-pip googletest libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev)
+debs=(cmake ninja-build g++ python3 python3-pip python3-dev googletest libgtest-dev libcli11-dev nlohmann-json3-dev libfmt-dev)
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'install ok installed' || missing+=("$d")
