@@ -2,9 +2,9 @@
 # Runs on the GPU machine over a carried build/: the GPU test tiers and the benchmark,
 # logs and the bench JSON under $OUT (or ./gpu-out). Usage:
 #   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance example python
-#   sanitizer bench ncu (default: all but ncu). `python` needs the module built here for the
-#   GPU machine's Python 3.12 and carried: cmake -S . -B build-py312 -DBUILD_TESTING=OFF
-#   -DPython_EXECUTABLE=<python3.12> && cmake --build build-py312 --target _kbmla
+#   sanitizer bench ncu (default: all but ncu). Build here with scripts/build-gpu-carry.sh
+#   and carry build/ and build-py312/ (the module for the GPU machine's Python 3.12, for
+#   the `python` tier).
 set -uo pipefail
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 commit="${KBMLA_COMMIT:-unknown}"
