@@ -44,4 +44,10 @@ for t in $tiers; do
     *) echo "unknown tier $t"; status=2 ;;
   esac
 done
+# At most 8 files come back from the device machine: logs and SASS go in one archive,
+# the bench JSON stays beside it.
+logs=$(cd "$out" && find . -maxdepth 1 \( -name '*.log' -o -name '*.txt' \) | sort)
+if [ -n "$logs" ]; then
+  (cd "$out" && tar czf logs.tgz $logs && rm -f $logs)
+fi
 exit $status
