@@ -288,7 +288,7 @@ int run_bench(const BenchOptions& o) {
         // Host time of one decode call (checks, Q tensor map, the launches), which the
         // event-timed median includes: the GPU is idle when each timed run is enqueued.
         // Each call is synchronised like a timed run: 100 calls queued back to back kept the
-        // GPU busy for ~40 ms and the policies timed after them ran up to 5 % slower.
+        // GPU busy for ~40 ms and the policies timed after them ran 4-7 % slower.
         constexpr int kHostRuns = 20;
         double total = 0;
         for (int i = 0; i < kHostRuns; ++i) {

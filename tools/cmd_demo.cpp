@@ -13,7 +13,6 @@
 
 #include "kbmla/decode.hpp"
 #include "kbmla/device.hpp"
-#include "kbmla/helpers.hpp"
 #include "kbmla/planner.hpp"
 #include "kbmla/static_baseline.hpp"
 #include "reference/random_problem.hpp"
@@ -57,14 +56,8 @@ T* upload(const std::vector<T>& host) {
 }
 
 // The decode kernel on the demo batch, outputs NaN-poisoned first, against the reference.
-bool run_gpu_check(const ref::Problem& problem, const ref::RandomProblem<ref::Bf16>& data,
+bool run_gpu_check(const DecodeConfig& config, const ref::Problem& problem, const ref::RandomProblem<ref::Bf16>& data,
                    const std::vector<int32_t>& seqlens, const ref::Outputs& expected, const PlanOptions& options) {
-  DecodeConfig config;
-  config.heads = problem.heads;
-  config.q_len = problem.q_len;
-  config.causal = problem.causal;
-  config.d_qk = problem.d_qk;
-  config.softmax_scale = float(problem.scale);
   DevicePlan plan = DevicePlan::create(config, seqlens, options);
   const size_t rows = size_t(problem.batch) * problem.q_len * problem.heads;
   ref::Bf16* q = upload(data.q);
@@ -134,15 +127,15 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
   auto data = ref::make_random_problem<ref::Bf16>(problem, seqlens, o.seed);
   problem = data.problem;
 
-  PlanShape shape;
-  shape.batch = problem.batch;
-  shape.q_len = problem.q_len;
-  shape.heads = problem.heads;
-  shape.causal = problem.causal;
-  shape.cluster_size = sm90_cluster_size(problem.heads, problem.q_len);
-  shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
-  shape.cost = sm90_bf16_cost_model(std::min(problem.heads * problem.q_len, kSm90RowsPerCta));
-  shape.fixed_split_blocks = o.invariant_blocks;
+  DecodeConfig config;
+  config.heads = problem.heads;
+  config.q_len = problem.q_len;
+  config.causal = problem.causal;
+  config.d_qk = problem.d_qk;
+  config.softmax_scale = float(problem.scale);
+  PlanOptions plan_options;
+  plan_options.batch_invariant_split_blocks = o.invariant_blocks;
+  PlanShape shape = decode_plan_shape(config, problem.batch, plan_options);
 
   fmt::print("batch {}: heads {}, q_len {}, d_qk {}, {}{}, seqlens", problem.batch, problem.heads, problem.q_len,
              problem.d_qk, problem.causal ? "causal" : "not causal",
@@ -171,7 +164,7 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
     options.policy = policy;
     options.num_ctas = o.sms;
     options.batch_invariant_split_blocks = o.invariant_blocks;
-    all_ok = run_gpu_check(problem, data, seqlens, expected, options) && all_ok;
+    all_ok = run_gpu_check(config, problem, data, seqlens, expected, options) && all_ok;
   }
   fmt::print("{}: {}\n", label, all_ok ? "PASS" : "FAIL");
   return all_ok ? 0 : 1;

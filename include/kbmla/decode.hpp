@@ -55,6 +55,11 @@ struct PlanOptions {
 // Throws kbmla::Error naming the field and its allowed range.
 void validate_config(const DecodeConfig& config);
 
+// The planner's shape for this kernel (q tile and cluster for the rows, 64-token blocks,
+// the cost model, the batch-invariant option), as DevicePlan::create uses it;
+// options.num_ctas is taken as given (0 is resolved only by DevicePlan).
+PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOptions& options);
+
 // A plan in device memory for one decode step (all layers of the step reuse it).
 class DevicePlan {
  public:

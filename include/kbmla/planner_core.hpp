@@ -163,7 +163,7 @@ KBMLA_HD RequestInfo request_info(const PlanShape& p, int seqlen, int num_tiles)
 //  - whole requests (`whole_requests`): no cuts, and each q tile of a request is its own
 //    unit, so a request's tiles may go to different slots. The planner takes this form
 //    when it fits within 1/16 of the least cap with cuts (plan_measure_with): measured,
-//    uniform batches were cut to gain 3-6 % of modelled balance and lost up to 16 % to
+//    uniform batches were cut to gain ~3 % of modelled balance and lost up to 16 % to
 //    partial-O writes and the combine (bench/NOTES.md, v7, v8).
 struct FillState {
   int cluster = 0;
@@ -476,7 +476,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   // Whole requests with their q tiles spread (see fill), if some cap within 1/16 of the
   // least cap with cuts fits them: then the least such cap, found the same way. Measured
   // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
-  // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was 3-6 %.
+  // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was ~3 %.
   if (p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
     auto fits_whole = [&](int64_t cap) {
       NullSink null_sink;

@@ -7,7 +7,6 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -15,7 +14,6 @@
 
 #include "kbmla/decode.hpp"
 #include "kbmla/error.hpp"
-#include "kbmla/helpers.hpp"
 #include "kbmla/planner.hpp"
 
 namespace nb = nanobind;
@@ -154,16 +152,8 @@ NB_MODULE(_kbmla, m) {
         validate_config(c);
         require(!seqlens.empty(), "plan: seqlens is empty; batch must be >= 1");
         require(num_ctas >= 1, "plan: num_ctas (", num_ctas, ") must be >= 1 for a host plan");
-        PlanShape s;
-        s.batch = int(seqlens.size());
-        s.q_len = c.q_len;
-        s.heads = c.heads;
-        s.causal = c.causal;
-        s.cluster_size = sm90_cluster_size(c.heads, c.q_len);
-        s.tile_rows = kSm90RowsPerCta * s.cluster_size;
-        s.num_ctas = num_ctas;
-        s.fixed_split_blocks = batch_invariant_split_blocks;
-        s.cost = sm90_bf16_cost_model(std::min(c.heads * c.q_len, kSm90RowsPerCta));
+        const PlanShape s =
+            decode_plan_shape(c, int(seqlens.size()), make_options(num_ctas, "worklist", batch_invariant_split_blocks));
         const HostPlan h = make_host_plan(s, seqlens);
         nb::dict d;
         d["work_list"] = to_numpy(h.work_list);

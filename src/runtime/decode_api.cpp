@@ -109,7 +109,6 @@ const PlanOptions& DevicePlan::options() const { return impl_->options; }
 int DevicePlan::batch() const { return impl_->host.shape.batch; }
 bool DevicePlan::device_planned() const { return impl_->device_planned; }
 
-namespace {
 PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOptions& options) {
   PlanShape shape;
   shape.batch = batch;
@@ -124,6 +123,8 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   shape.cost = options.cost ? *options.cost : sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
   return shape;
 }
+
+namespace {
 
 // 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
 // (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the

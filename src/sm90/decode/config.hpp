@@ -25,7 +25,8 @@
 // Registers: a consumer thread holds O 64 x 256 fp32 over 128 threads = 128 registers;
 // consumer 0 also S 64 x 64 fp32 = 32 and the row statistics. setmaxnreg gives consumers
 // 232 (224 spilled 16 bytes once the softmax kept its mask and rescale branches) and the
-// producer 40 (no spill since its item walk was slimmed): 128 x 40 + 256 x 232 = 64,512.
+// producer 40 (ptxas reports no spill there in this build; an early version spilled at 40):
+// 128 x 40 + 256 x 232 = 64,512.
 #pragma once
 
 #include <cstdint>
