@@ -30,6 +30,12 @@ enum class Policy {
 };
 const char* policy_name(Policy p);
 
+// Decode context parallelism: how a request's keys are spread over the ranks.
+enum class DcpLayout {
+  kContiguous,   // rank r holds one run of global keys: local key j is kv_offsets[b] + j
+  kInterleaved,  // local key j is global key j * world + rank
+};
+
 struct DecodeConfig {
   int heads = 16;         // 1..128
   int q_len = 1;          // 1..16
@@ -38,6 +44,13 @@ struct DecodeConfig {
   int page_size = 64;     // supported: 64
   bool causal = true;     // bottom-right aligned among the q_len new tokens
   float softmax_scale = 0.f;  // > 0
+  // Decode context parallelism (DCP): with dcp_world > 1 this rank holds part of each
+  // request's keys (dcp_layout), the causal mask compares global positions
+  // (DecodeArgs::dcp_global_seqlens, dcp_kv_offsets), and out / LSE are this rank's partial
+  // results, to be merged across ranks by LSE (kbmla/dcp.hpp).
+  int dcp_world = 1;      // 1..1024
+  int dcp_rank = 0;       // 0..dcp_world - 1
+  DcpLayout dcp_layout = DcpLayout::kContiguous;
 };
 
 struct PlanOptions {
@@ -116,13 +129,42 @@ class KvCache {
   alignas(64) unsigned char tensor_map_[128];
 };
 
+// Element strides of a [batch, q_len, heads, ...] tensor whose last dimension is dense.
+// All zero (the default) means the dense layout. Otherwise each stride must be positive
+// where its dimension has more than one element.
+struct RowStrides {
+  int64_t batch = 0, token = 0, head = 0;
+  bool dense() const { return batch == 0 && token == 0 && head == 0; }
+};
+
+enum class LseBase { kE, k2 };       // natural log (default) or log2
+enum class OutDtype { kBFloat16 };  // the output's element type (bf16 only, for now)
+
 struct DecodeArgs {
-  const void* q = nullptr;              // bf16 [batch, q_len, heads, d_qk], dense, 16-byte aligned
+  // Q as one tensor: bf16 [batch, q_len, heads, d_qk]; or, for d_qk 576, the latent part
+  // here (bf16 [batch, q_len, heads, 512]) and the rope part in q_pe ([..., 64]). TMA reads
+  // Q by rows, so each Q tensor's (batch, token, head) must flatten to one row stride
+  // (token = heads x head, batch = q_len x token) that is a multiple of 8 elements, and
+  // its pointer must be 16-byte aligned.
+  const void* q = nullptr;
+  const void* q_pe = nullptr;
+  RowStrides q_strides;                 // of q (dense: rows of d_qk, or 512 with q_pe)
+  RowStrides q_pe_strides;              // of q_pe (dense: rows of 64)
   const int32_t* block_table = nullptr; // int32 [batch, max_pages], device
   int max_pages = 0;
   const int32_t* seqlens = nullptr;     // int32 [batch], device; the values the plan was made from
-  void* out = nullptr;                  // bf16 [batch, q_len, heads, d_v], dense
-  float* lse = nullptr;                 // fp32 [batch, q_len, heads], natural log
+  void* out = nullptr;                  // [batch, q_len, heads, d_v] of out_dtype, 16-byte aligned
+  RowStrides out_strides;               // multiples of 4 elements (8 bytes)
+  OutDtype out_dtype = OutDtype::kBFloat16;
+  float* lse = nullptr;                 // fp32 [batch, q_len, heads], 4-byte aligned
+  RowStrides lse_strides;               // any (vLLM's [heads, tokens]: {q_len, 1, batch * q_len})
+  LseBase lse_base = LseBase::kE;
+  // Decode context parallelism (config.dcp_world > 1): int32 [batch], device. The
+  // request's global key count, and (contiguous layout) the global position of this
+  // rank's local key 0. Checked in the kernel against the local seqlens
+  // (kErrDcpPositions); rows that see no local key get O = 0 and LSE = -inf.
+  const int32_t* dcp_global_seqlens = nullptr;
+  const int32_t* dcp_kv_offsets = nullptr;
   void* workspace = nullptr;            // >= plan.workspace_bytes(), 256-byte aligned
   size_t workspace_bytes = 0;
   void* stream = nullptr;               // cudaStream_t

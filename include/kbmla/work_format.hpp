@@ -55,6 +55,8 @@ enum DeviceErrorBits : uint32_t {
   kErrPageIndexOutOfRange = 1u << 2,    // block_table entry outside [0, num_pages)
   kErrPlanMismatch = 1u << 3,           // seqlens differ from those the plan was made for
   kErrPlanFailed = 1u << 4,             // the device planner rejected the seqlens (negative)
+  kErrDcpPositions = 1u << 5,           // context parallel: a local length or kv offset that
+                                        // the global length cannot have
 };
 
 // The combine merges requests with more splits than this with a block per row and column

@@ -17,17 +17,18 @@ constexpr int kWarps = 8;           // warps of a block stride over the splits
 constexpr int kThreads = kWarps * 32;
 constexpr int64_t kDevicePlanCombineBlocks = 1056;  // 8 per SM of an H100/H200
 
-__device__ __forceinline__ bool row_sees_a_key(const CombineParams& p, int seqlen, int row) {
-  if (seqlen <= 0) return false;
-  return !p.causal || seqlen - p.q_len + row / p.heads + 1 > 0;
+__device__ __forceinline__ bool row_sees_a_key(const CombineParams& p, int b, int seqlen, int row) {
+  return seqlen > 0 && p.vis.visible(b, seqlen, row) > 0;
 }
 
 // Writes columns [quarter * 128, +128) of an empty row (O = 0), and its LSE = -inf from
 // quarter 0.
 __device__ __forceinline__ void write_empty_quarter(const CombineParams& p, int b, int row, int quarter, int lane) {
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv + quarter * kQuarterCols;
+  const OutputView& v = p.output;
+  __nv_bfloat16* out =
+      static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, b, row, v.heads) + quarter * kQuarterCols;
   *reinterpret_cast<uint2*>(out + lane * 4) = make_uint2(0, 0);
-  if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = -__int_as_float(0x7f800000);
+  if (quarter == 0 && lane == 0) v.lse[row_offset(v.lse_strides, b, row, v.heads)] = -__int_as_float(0x7f800000);
 }
 
 __device__ __forceinline__ float block_reduce(float v, float* scratch, bool is_max) {
@@ -50,7 +51,9 @@ __device__ __forceinline__ void store_quarter(const CombineParams& p, int b, int
   uint2 packed;
   packed.x = *reinterpret_cast<uint32_t*>(&lo);
   packed.y = *reinterpret_cast<uint32_t*>(&hi);
-  __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{b} * p.rows + row) * kDv + quarter * kQuarterCols;
+  const OutputView& v = p.output;
+  __nv_bfloat16* out =
+      static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, b, row, v.heads) + quarter * kQuarterCols;
   *reinterpret_cast<uint2*>(out + lane * 4) = packed;
 }
 
@@ -114,7 +117,7 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_w
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
   const int b = p.split_requests[num_wide + task / (kQuarters * p.rows)];
-  if (!row_sees_a_key(p, p.seqlens[b], row)) {
+  if (!row_sees_a_key(p, b, p.seqlens[b], row)) {
     write_empty_quarter(p, b, row, quarter, lane);
     return;
   }
@@ -140,7 +143,7 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_w
   // ns is warp-uniform, so every lane takes part in each shuffle.
   const float4 acc = walk.weighted_sum([&](int s) { return __shfl_sync(0xffffffff, w_lane, s & 31); });
   store_quarter(p, b, row, quarter, lane, acc);
-  if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
+  if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
 }
 
 struct CombineShared {
@@ -157,7 +160,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
   const int b = p.split_requests[task / (kQuarters * p.rows)];
-  if (!row_sees_a_key(p, p.seqlens[b], row)) {
+  if (!row_sees_a_key(p, b, p.seqlens[b], row)) {
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
     return;
   }
@@ -185,7 +188,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   if (warp != 0) return;
   for (int w = 1; w < kWarps; ++w) fma4(acc, 1.f, sh.partial_sums[w][lane]);
   store_quarter(p, b, row, quarter, lane, acc);
-  if (quarter == 0 && lane == 0) p.lse[int64_t{b} * p.rows + row] = (max_lse + log2f(sum)) * 0.69314718055994531f;
+  if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
 }
 
 // Work of the combine, as blocks: [0, W) wide (request, row, quarter) tasks, [W, W + N)

@@ -8,12 +8,13 @@
 #include <cstdint>
 
 #include "kbmla/work_format.hpp"
+#include "src/common/rows.hpp"
 
 namespace kbmla {
 
 struct CombineParams {
   int batch, q_len, heads, rows, tile_rows;
-  bool causal;
+  KeyVisibility vis;
   const int32_t* seqlens;
   SplitTableView splits;
   // Requests with num_splits > 1: the first num_wide_requests have more than
@@ -29,8 +30,7 @@ struct CombineParams {
   int num_zero_fill;
   const float* partial_o;         // [slots, rows, 512], O / l per split
   const float* partial_lse;       // [slots, rows], log2
-  void* out;                      // bf16 [batch, rows, 512]
-  float* lse;                     // [batch, rows], natural log
+  OutputView output;              // bf16 out, LSE in the caller's base, strided rows
 };
 
 // Launches nothing when there is nothing to merge or fill.

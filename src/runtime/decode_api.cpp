@@ -1,7 +1,6 @@
 // Runtime of the public decode API: argument checks, device plan upload, TMA descriptors,
 // dispatch of the decode and combine launches.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -17,6 +16,7 @@
 #include "src/combine/combine.hpp"
 #include "src/plan/device_planner.hpp"
 #include "src/runtime/decode_internal.hpp"
+#include "src/runtime/tensor_maps.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
 
@@ -28,29 +28,8 @@ void check_cuda(cudaError_t err, const char* what) {
   require(err == cudaSuccess, what, ": ", cudaGetErrorString(err));
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
-    require(err == cudaSuccess && status == cudaDriverEntryPointSuccess && ptr != nullptr,
-            "cannot load cuTensorMapEncodeTiled from the CUDA driver (driver too old for CUDA 12 tensor maps?)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
-
-// bf16 tensor map with 128-byte swizzle and 64 x 64 boxes over dims (innermost first).
-void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
-                     const cuuint32_t* box, const char* what) {
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
-                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ", int(r), ")");
-}
-
-bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+using detail::aligned;
+using detail::encode_bf16_map;
 
 }  // namespace
 
@@ -71,6 +50,11 @@ void validate_config(const DecodeConfig& c) {
   require(c.page_size == 64, "decode: page_size (", c.page_size, ") is not supported; supported: 64");
   require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
           ") must be positive and finite");
+  require(c.dcp_world >= 1 && c.dcp_world <= 1024, "decode: dcp_world (", c.dcp_world, ") must be in 1..1024");
+  require(c.dcp_rank >= 0 && c.dcp_rank < c.dcp_world, "decode: dcp_rank (", c.dcp_rank, ") must be in 0..",
+          c.dcp_world - 1, " (dcp_world ", c.dcp_world, ")");
+  require(c.dcp_layout == DcpLayout::kContiguous || c.dcp_layout == DcpLayout::kInterleaved, "decode: dcp_layout ",
+          int(c.dcp_layout), " is not one of kContiguous, kInterleaved");
 }
 
 struct DevicePlan::Impl {
@@ -89,10 +73,7 @@ struct DevicePlan::Impl {
   PlanCapacity capacity{};
   DevicePlanHeader* header = nullptr;
   DevicePlanBuffers buffers{};
-  // Last Q tensor map (see decode_with_mode).
-  mutable std::mutex q_map_mutex;
-  mutable const void* q_map_ptr = nullptr;
-  alignas(64) mutable CUtensorMap q_map{};
+  mutable detail::QMapCache q_maps;  // the last Q maps (see q_maps_for)
   ~Impl() {
     if (device != nullptr) cudaFree(device);
   }
@@ -114,7 +95,10 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   shape.batch = batch;
   shape.q_len = config.q_len;
   shape.heads = config.heads;
-  shape.causal = config.causal;
+  // Under context parallelism a row's visible local keys depend on global positions the
+  // planner does not see: it plans every q tile (as without a mask), and the kernel masks
+  // and skips blocks by global position.
+  shape.causal = config.causal && config.dcp_world == 1;
   shape.cluster_size = sm90_cluster_size(config.heads, config.q_len);
   shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.kv_block = sm90::kBlockTokens;
@@ -375,6 +359,9 @@ std::string describe_device_errors(uint32_t bits) {
   add(kErrSeqlenBeyondBlockTable, "a seqlen exceeds max_pages x page_size of the block table");
   add(kErrPageIndexOutOfRange, "a block-table entry is outside [0, num_pages)");
   add(kErrPlanMismatch, "device seqlens differ from the seqlens the plan was made for");
+  add(kErrPlanFailed, "the device planner rejected the seqlens (a negative seqlen)");
+  add(kErrDcpPositions,
+      "context parallel: a local seqlen or kv offset that the request's global seqlen cannot have");
   return s;
 }
 
@@ -406,11 +393,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   const DecodeConfig& c = P.config;
   const HostPlan& h = P.host;
   const int B = h.shape.batch;
-  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
   require(a.block_table != nullptr, "decode: block_table is null");
   require(a.seqlens != nullptr, "decode: seqlens is null");
-  require(a.out != nullptr && aligned(a.out, 16), "decode: out must be a non-null, 16-byte aligned device pointer");
-  require(a.lse != nullptr && aligned(a.lse, 4), "decode: lse must be a non-null, 4-byte aligned device pointer");
   require(a.max_pages >= 1, "decode: max_pages (", a.max_pages, ") must be >= 1");
   require(a.workspace != nullptr && aligned(a.workspace, kWorkspaceAlign), "decode: workspace must be non-null and ",
           kWorkspaceAlign, "-byte aligned");
@@ -423,21 +407,11 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   require(q_rows < (int64_t{1} << 31), "decode: batch x q_len x heads (", q_rows, ") must be < 2^31");
   require(int64_t{B} * a.max_pages < (int64_t{1} << 40), "decode: block table too large");
 
-  // The Q map depends only on the plan's shape and the q pointer: engines pass the same
-  // buffer every step, so it is encoded once per pointer (a driver call on the critical
-  // path of small decodes, which start only once the launch is submitted).
-  alignas(64) CUtensorMap q_map;
-  {
-    std::lock_guard<std::mutex> lock(P.q_map_mutex);
-    if (P.q_map_ptr != a.q) {
-      const cuuint64_t q_dims[2] = {cuuint64_t(c.d_qk), cuuint64_t(q_rows)};
-      const cuuint64_t q_strides[1] = {cuuint64_t(c.d_qk) * 2};
-      const cuuint32_t q_box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
-      encode_bf16_map(&P.q_map, a.q, 2, q_dims, q_strides, q_box, "q");
-      P.q_map_ptr = a.q;
-    }
-    q_map = P.q_map;
-  }
+  sm90::QMaps q_maps;
+  int q_pe_col = 0;
+  detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col);
+  const OutputView output = detail::output_view(c, B, a);
+  const KeyVisibility vis = detail::key_visibility(c, a);
 
   const WorkspaceLayout ws = workspace_layout(h.counts.num_slots, c.heads * c.q_len, c.d_v);
   uint8_t* ws_base = static_cast<uint8_t*>(a.workspace);
@@ -454,11 +428,11 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.max_pages = a.max_pages;
   p.num_pages = cache.num_pages();
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
-  p.causal = c.causal;
+  p.q_pe_col = q_pe_col;
+  p.vis = vis;
   p.block_table = a.block_table;
   p.seqlens = a.seqlens;
-  p.out = a.out;
-  p.lse = a.lse;
+  p.output = output;
   p.partial_o = reinterpret_cast<float*>(ws_base + ws.partial_o_offset);
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
@@ -493,7 +467,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.grid_ctas = int(grid.x);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   if (grid.x > 0) {
-    sm90::launch_decode_bf16(q_map, *reinterpret_cast<const CUtensorMap*>(cache.tensor_map()), p, grid, stream, mode);
+    sm90::launch_decode_bf16(q_maps, *reinterpret_cast<const CUtensorMap*>(cache.tensor_map()), p, grid, stream, mode);
   }
   if (mode != sm90::KernelMode::kFull) return;
 
@@ -503,7 +477,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cp.heads = c.heads;
   cp.rows = p.rows;
   cp.tile_rows = p.tile_rows;
-  cp.causal = c.causal;
+  cp.vis = vis;
   cp.seqlens = a.seqlens;
   cp.splits = P.splits;
   cp.split_requests = P.split_requests_dev;
@@ -520,8 +494,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   }
   cp.partial_o = p.partial_o;
   cp.partial_lse = p.partial_lse;
-  cp.out = a.out;
-  cp.lse = a.lse;
+  cp.output = output;
   launch_combine(cp, stream);
 
   if (a.debug_sync) {

@@ -40,6 +40,7 @@ constexpr int kDqkNoRope = 512;      // MLA without the rope part: K is the late
 constexpr int kDv = 512;
 constexpr int kBoxCols = 64;         // bf16 columns per 128-byte swizzle atom / TMA box
 constexpr int kQkBoxes = kDqk / kBoxCols;  // 9
+constexpr int kLatentBoxes = kDqkNoRope / kBoxCols;  // 8: the boxes of the 512 latent columns
 constexpr int kStages = 2;
 constexpr int kThreads = 384;
 constexpr int kConsumerThreads = 256;

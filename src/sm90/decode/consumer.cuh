@@ -77,8 +77,13 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    const int vis0 = visible_keys(p, it.seqlen, it.row_begin + r0);
-    const int vis1 = visible_keys(p, it.seqlen, it.row_begin + r1);
+    // Context-parallel positions are checked here, not in resolve_item: the producer's 40
+    // registers spilled with it. Inconsistent ones only change which keys are masked.
+    if (softmax_owner && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
+      atomicOr(p.error_word, kErrDcpPositions);
+    }
+    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
+    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     if constexpr (softmax_owner) Mbarrier::wait(q_full, item_count & 1);
 
     float o[128];

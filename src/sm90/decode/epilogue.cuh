@@ -23,12 +23,13 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
   const float lse_log2 = empty ? neg_inf : row_max_log2 + __log2f(row_sum);
   const int col0 = wg * 256 + 2 * (lane % 4);
   if (it.slot < 0) {
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(p.out) + (int64_t{it.batch} * p.rows + row) * 512 + col0;
+    const OutputView& v = p.output;
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + col0;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       *reinterpret_cast<__nv_bfloat162*>(out + 8 * i) = __floats2bfloat162_rn(o[4 * i + half] * inv, o[4 * i + half + 1] * inv);
     }
-    if (wg == 0 && lane % 4 == 0) p.lse[int64_t{it.batch} * p.rows + row] = lse_log2 * 0.69314718055994531f;
+    if (wg == 0 && lane % 4 == 0) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
   } else {
     float* out = p.partial_o + (int64_t{it.slot} * p.rows + row) * 512 + col0;
 #pragma unroll

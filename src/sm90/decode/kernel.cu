@@ -11,7 +11,7 @@ namespace kbmla::sm90 {
 
 template <KernelMode Mode, int QkBoxes>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_decode_bf16_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap kv_map,
+    mla_decode_bf16_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
   // Uniform over the grid (one header), so a cluster leaves together before any multicast.
   if (p.plan_header != nullptr && p.plan_header->status != 0) {
@@ -22,7 +22,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(&q_map);
+    cute::prefetch_tma_descriptor(&q_maps.latent);
+    if constexpr (QkBoxes > kLatentBoxes) cute::prefetch_tma_descriptor(&q_maps.rope);
     cute::prefetch_tma_descriptor(&kv_map);
     Mbarrier::init(bars + 0, 1);                  // q_full: the producer's expect_tx
     Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
@@ -47,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       PagedKvLoader64<QkBoxes> kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
       run_kv_loader<Mode, QkBoxes>(p, kv, smem);
     } else if (threadIdx.x == 32) {
-      run_q_loader<QkBoxes>(p, &q_map, smem);
+      run_q_loader<QkBoxes>(p, &q_maps, smem);
     }
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 namespace {
 template <KernelMode Mode, int QkBoxes>
-void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
   static const cudaError_t attr_err = cudaFuncSetAttribute(
       mla_decode_bf16_kernel<Mode, QkBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
@@ -81,7 +82,7 @@ void launch_mode(const CUtensorMap& q_map, const CUtensorMap& kv_map, const Deco
   config.numAttrs = 1;
   require(grid.x % unsigned(p.cluster_size) == 0, "decode: grid.x (", grid.x, ") is not a multiple of the cluster size (",
           p.cluster_size, ")");
-  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode, QkBoxes>, q_map, kv_map, p);
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode, QkBoxes>, q_maps, kv_map, p);
   require(launch_err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
@@ -113,17 +114,17 @@ int max_active_clusters(int cluster_size) {
   return clusters;
 }
 
-void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode) {
   if (p.d_qk == kDqkNoRope) {
     require(mode == KernelMode::kFull, "decode: d_qk ", kDqkNoRope, " has the full kernel only (no spike modes)");
-    return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_map, kv_map, p, grid, stream);
+    return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);
   }
   require(p.d_qk == kDqk, "decode: d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
   switch (mode) {
-    case KernelMode::kFull: return launch_mode<KernelMode::kFull, kQkBoxes>(q_map, kv_map, p, grid, stream);
-    case KernelMode::kLoadOnly: return launch_mode<KernelMode::kLoadOnly, kQkBoxes>(q_map, kv_map, p, grid, stream);
-    case KernelMode::kMathOnly: return launch_mode<KernelMode::kMathOnly, kQkBoxes>(q_map, kv_map, p, grid, stream);
+    case KernelMode::kFull: return launch_mode<KernelMode::kFull, kQkBoxes>(q_maps, kv_map, p, grid, stream);
+    case KernelMode::kLoadOnly: return launch_mode<KernelMode::kLoadOnly, kQkBoxes>(q_maps, kv_map, p, grid, stream);
+    case KernelMode::kMathOnly: return launch_mode<KernelMode::kMathOnly, kQkBoxes>(q_maps, kv_map, p, grid, stream);
   }
 }
 

@@ -14,7 +14,14 @@ namespace kbmla::sm90 {
 // (cudaOccupancyMaxActiveClusters): the persistent grid's size in clusters.
 int max_active_clusters(int cluster_size);
 
-void launch_decode_bf16(const CUtensorMap& q_map, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+// Q's TMA maps: the latent columns (q, or q_nope when Q comes in two tensors) and the rope
+// columns (q_pe, or q itself read from column 512; unused for d_qk 512).
+struct QMaps {
+  CUtensorMap latent;
+  CUtensorMap rope;
+};
+
+void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
 }  // namespace kbmla::sm90

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kbmla/schedulers.hpp"
+#include "src/common/rows.hpp"
 #include "kbmla/work_format.hpp"
 
 namespace kbmla::sm90 {
@@ -31,12 +32,12 @@ struct DecodeParams {
   int max_pages;
   int64_t num_pages;
   float scale_log2;    // softmax scale * log2(e)
-  bool causal;
+  int q_pe_col;        // column of the rope part in the q_pe map: 0 (separate q_pe) or 512
+  KeyVisibility vis;   // causal mask, with global positions under context parallelism
   const int32_t* block_table;  // [batch, max_pages]
   const int32_t* seqlens;      // [batch]
-  // Outputs: out [batch, rows, 512] bf16, lse [batch, rows] fp32 (natural log).
-  void* out;
-  float* lse;
+  // Outputs: out bf16 (512 columns) and lse fp32, strided rows; see OutputView.
+  OutputView output;
   // Workspace: partial O [slots, rows, 512] fp32, partial LSE [slots, rows] fp32 (log2).
   float* partial_o;
   float* partial_lse;

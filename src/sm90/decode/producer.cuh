@@ -4,6 +4,7 @@
 // maps (request, KV block) to TMA boxes and flags blocks it cannot load.
 #pragma once
 
+#include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/primitives.cuh"
 #include "src/sm90/decode/work.cuh"
 
@@ -48,7 +49,7 @@ struct PagedKvLoader64 {
 // the previous one. It runs apart from the KV loader so that the next item's KV stages
 // stream in while the consumers still finish the current item.
 template <int QkBoxes>
-__device__ __forceinline__ void run_q_loader(const DecodeParams& p, const CUtensorMap* q_map, uint8_t* smem) {
+__device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps* q_maps, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
@@ -62,7 +63,11 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const CUtens
     const int q_row = it.batch * p.rows + it.row_begin;
 #pragma unroll
     for (int j = 0; j < QkBoxes; ++j) {
-      tma_load_q_box(q_map, q_full, smem + SmemLayout::q + j * kBoxBytes, j * kBoxCols, q_row);
+      // The latent boxes come from q (or q_nope), the rope box from q_pe when Q is given
+      // in two tensors, else from q's columns 512..575 (q_pe_col 512).
+      const bool rope = j >= kLatentBoxes;
+      tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + SmemLayout::q + j * kBoxBytes,
+                     rope ? p.q_pe_col : j * kBoxCols, q_row);
     }
     ++item_count;
   }

@@ -47,11 +47,9 @@ class TileWalker {
 };
 
 // Keys visible to row r (within the request): [0, visible_keys).
-__device__ __forceinline__ int visible_keys(const DecodeParams& p, int seqlen, int row) {
+__device__ __forceinline__ int visible_keys(const DecodeParams& p, int batch, int seqlen, int row) {
   if (row >= p.rows) return 0;
-  if (!p.causal) return seqlen;
-  const int v = seqlen - p.q_len + row / p.heads + 1;
-  return v < 0 ? 0 : (v > seqlen ? seqlen : v);
+  return p.vis.visible(batch, seqlen, row);
 }
 
 __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTileInfo& w) {
@@ -87,7 +85,7 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   // on the device are not the ones the plan was made for.
   if (w.split == ns - 1 && b1 != blocks) it.errors |= kErrPlanMismatch;
   const int last_row = min(p.rows, tile_begin + p.tile_rows) - 1;
-  const int visible_blocks = (visible_keys(p, L, last_row) + kBlockTokens - 1) / kBlockTokens;
+  const int visible_blocks = (visible_keys(p, w.batch, L, last_row) + kBlockTokens - 1) / kBlockTokens;
   it.blk_begin = b0;
   it.blk_end = max(b0, min(b1, visible_blocks));
   if (ns > 1) it.slot = p.splits.first_slot[w.batch] + w.split;

@@ -1,0 +1,144 @@
+#include "src/runtime/tensor_maps.hpp"
+
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include "kbmla/error.hpp"
+#include "src/sm90/decode/config.hpp"
+
+namespace kbmla::detail {
+
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &status);
+    require(err == cudaSuccess && status == cudaDriverEntryPointSuccess && ptr != nullptr,
+            "cannot load cuTensorMapEncodeTiled from the CUDA driver (driver too old for CUDA 12 tensor maps?)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// The one row stride (elements) under which Q's (batch, token, head) rows are evenly
+// spaced: TMA loads 64 consecutive rows of a request as one box.
+int64_t flat_row_stride(const RowStrides& s, int batch, int q_len, int heads, int64_t cols, const char* name) {
+  if (s.dense()) return cols;
+  const int64_t rs = heads > 1 ? s.head : (q_len > 1 ? s.token : s.batch);
+  const bool flat = (heads == 1 || s.head == rs) && (q_len == 1 || s.token == heads * rs) &&
+                    (batch == 1 || s.batch == int64_t{q_len} * heads * rs);
+  require(flat, "decode: ", name, " strides (batch ", s.batch, ", token ", s.token, ", head ", s.head,
+          ") do not flatten to one row stride: TMA reads Q by rows, so token must be heads x head and batch q_len x "
+          "token (pass a copy in that layout, e.g. .contiguous())");
+  require(rs >= cols && rs % 8 == 0, "decode: ", name, " row stride (", rs, " elements) must be >= ", cols,
+          " and a multiple of 8 (16 bytes, for TMA)");
+  return rs;
+}
+
+void encode_q_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t row_stride,
+                  const char* name) {
+  // The map's extent in rows ends at the last row's start + its columns, which may be
+  // short of a full row stride: TMA zero-fills reads beyond it, which land only in rows
+  // >= the request's rows (ignored).
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 2};
+  const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
+  encode_bf16_map(map, base, 2, dims, strides, box, name);
+}
+
+}  // namespace
+
+void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                     const cuuint32_t* box, const char* what) {
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  CUresult r = tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
+                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ", int(r), ")");
+}
+
+RowStridesView resolve_row_strides(const RowStrides& s, int batch, int q_len, int heads, int64_t row_elems,
+                                   int64_t multiple, const char* name, const char* who) {
+  if (s.dense()) return {int64_t{q_len} * heads * row_elems, int64_t{heads} * row_elems, row_elems};
+  auto check = [&](int64_t stride, int extent, const char* dim) {
+    require(extent == 1 || (stride > 0 && stride % multiple == 0), who, ": ", name, " ", dim, " stride (", stride,
+            ") must be positive and a multiple of ", multiple, " elements");
+  };
+  check(s.batch, batch, "batch");
+  check(s.token, q_len, "token");
+  check(s.head, heads, "head");
+  return {s.batch, s.token, s.head};
+}
+
+void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
+                int& q_pe_col) {
+  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
+  const bool split = a.q_pe != nullptr;
+  require(!split || c.d_qk == 576, "decode: q_pe is given but d_qk is ", c.d_qk, " (no rope part); pass q alone");
+  require(!split || aligned(a.q_pe, 16), "decode: q_pe must be 16-byte aligned");
+  require(split || a.q_pe_strides.dense(), "decode: q_pe_strides are set but q_pe is null");
+  const int64_t latent_cols = split ? 512 : c.d_qk;
+  const int64_t rows = int64_t{batch} * c.q_len * c.heads;
+  const int64_t q_row = flat_row_stride(a.q_strides, batch, c.q_len, c.heads, latent_cols, split ? "q (q_nope)" : "q");
+  const int64_t pe_row = split ? flat_row_stride(a.q_pe_strides, batch, c.q_len, c.heads, 64, "q_pe") : 0;
+  q_pe_col = split ? 0 : sm90::kDqkNoRope;
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q_row || cache.q_pe_row != pe_row) {
+    encode_q_map(&cache.maps.latent, a.q, rows, latent_cols, q_row, "q");
+    if (split) {
+      encode_q_map(&cache.maps.rope, a.q_pe, rows, 64, pe_row, "q_pe");
+    } else {
+      cache.maps.rope = cache.maps.latent;
+    }
+    cache.q = a.q;
+    cache.q_pe = a.q_pe;
+    cache.q_row = q_row;
+    cache.q_pe_row = pe_row;
+  }
+  maps = cache.maps;
+}
+
+OutputView output_view(const DecodeConfig& c, int batch, const DecodeArgs& a, const char* who) {
+  require(a.out_dtype == OutDtype::kBFloat16, who, ": out_dtype ", int(a.out_dtype),
+          " is not supported; supported: bfloat16");
+  require(a.out != nullptr && aligned(a.out, 16), who, ": out must be a non-null, 16-byte aligned device pointer");
+  require(a.lse != nullptr && aligned(a.lse, 4), who, ": lse must be a non-null, 4-byte aligned device pointer");
+  require(a.lse_base == LseBase::kE || a.lse_base == LseBase::k2, who, ": lse_base ", int(a.lse_base),
+          " is not one of kE, k2");
+  OutputView v{};
+  v.out = a.out;
+  v.lse = a.lse;
+  v.out_strides = resolve_row_strides(a.out_strides, batch, c.q_len, c.heads, c.d_v, 4, "out", who);
+  v.lse_strides = resolve_row_strides(a.lse_strides, batch, c.q_len, c.heads, 1, 1, "lse", who);
+  v.lse_scale = a.lse_base == LseBase::kE ? 0.69314718055994531f : 1.f;
+  v.heads = FastDivmod(c.heads);
+  return v;
+}
+
+KeyVisibility key_visibility(const DecodeConfig& c, const DecodeArgs& a) {
+  KeyVisibility v{};
+  v.causal = c.causal;
+  v.q_len = c.q_len;
+  v.heads = FastDivmod(c.heads);
+  v.world = c.dcp_world;
+  v.rank = c.dcp_rank;
+  v.world_div = FastDivmod(c.dcp_world);
+  v.interleaved = c.dcp_layout == DcpLayout::kInterleaved;
+  if (c.dcp_world > 1) {
+    require(a.dcp_global_seqlens != nullptr, "decode: dcp_world is ", c.dcp_world,
+            " but dcp_global_seqlens is null (int32 [batch] on the device)");
+    require(v.interleaved || a.dcp_kv_offsets != nullptr,
+            "decode: the contiguous DCP layout needs dcp_kv_offsets (int32 [batch] on the device: the global "
+            "position of this rank's local key 0)");
+    v.global_seqlens = a.dcp_global_seqlens;
+    v.kv_offsets = a.dcp_kv_offsets;
+  } else {
+    require(a.dcp_global_seqlens == nullptr && a.dcp_kv_offsets == nullptr,
+            "decode: dcp_global_seqlens / dcp_kv_offsets are set but dcp_world is 1");
+  }
+  return v;
+}
+
+}  // namespace kbmla::detail

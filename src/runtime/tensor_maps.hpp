@@ -1,0 +1,48 @@
+// TMA descriptors (driver entry point loaded once) and the decode's argument checks that
+// turn DecodeArgs into the kernels' views: Q maps, output strides, DCP inputs.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "kbmla/decode.hpp"
+#include "src/common/rows.hpp"
+#include "src/sm90/decode/kernel.hpp"
+
+namespace kbmla::detail {
+
+inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+
+// bf16 tensor map with 128-byte swizzle and 64 x 64 boxes over dims (innermost first).
+void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                     const cuuint32_t* box, const char* what);
+
+// The element strides a RowStrides stands for (dense: rows of `row_elems`), checked: each
+// stride of a dimension with more than one element positive and a multiple of `multiple`.
+RowStridesView resolve_row_strides(const RowStrides& s, int batch, int q_len, int heads, int64_t row_elems,
+                                   int64_t multiple, const char* name, const char* who = "decode");
+
+// The Q maps of a decode call. Engines pass the same Q buffers every step, so the last
+// maps are kept per plan and re-encoded only when a pointer or a stride changes (a driver
+// call on the critical path of small decodes).
+struct QMapCache {
+  std::mutex mutex;
+  const void* q = nullptr;
+  const void* q_pe = nullptr;
+  int64_t q_row = 0, q_pe_row = 0;
+  sm90::QMaps maps{};
+};
+
+// Checks Q (one tensor, or latent + rope) and returns its maps and the rope column.
+void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
+                int& q_pe_col);
+
+// Checks out / lse (pointers, strides, dtype, base) and the DCP inputs, and returns the
+// kernels' views of them.
+OutputView output_view(const DecodeConfig& c, int batch, const DecodeArgs& a, const char* who = "decode");
+KeyVisibility key_visibility(const DecodeConfig& c, const DecodeArgs& a);
+
+}  // namespace kbmla::detail
