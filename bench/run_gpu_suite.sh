@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a carried build/: the GPU test tiers and the benchmark,
 # logs and the bench JSON under $OUT (or ./gpu-out). Usage:
-#   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance example python
+#   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance engine dcp example python
 #   sanitizer bench ncu (default: all but ncu). Build here with scripts/build-gpu-carry.sh
 #   and carry build/ and build-py312/ (the module for the GPU machine's Python 3.12, for
 #   the `python` tier).
 set -uo pipefail
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 commit="${KBMLA_COMMIT:-unknown}"
-tiers="${*:-sass smoke sweep planner large invariance example python sanitizer bench}"
+tiers="${*:-sass smoke sweep planner large invariance engine dcp example python sanitizer bench}"
+# NCCL for the dcp tier: the engine's libnccl.so.2 (here: the nvidia-nccl Python package).
+if [ -z "${KBMLA_NCCL_LIBRARY:-}" ]; then
+  KBMLA_NCCL_LIBRARY=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
+  [ -f "$KBMLA_NCCL_LIBRARY" ] || KBMLA_NCCL_LIBRARY=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
+  export KBMLA_NCCL_LIBRARY
+fi
+# Never NVLink multicast (it can take the host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0
 status=0
 for t in $tiers; do
   case "$t" in
@@ -24,6 +32,11 @@ for t in $tiers; do
            tail -3 "$out/large.log" ;;
     invariance) timeout -s KILL 200 build/tests/kbmla_gpu_tests --gtest_filter='GpuBatchInvariance.*' > "$out/invariance.log" 2>&1 || status=1
                 tail -3 "$out/invariance.log" ;;
+    engine) timeout -s KILL 200 build/tests/kbmla_gpu_tests --gtest_filter='GpuEngineArgs.*' > "$out/engine.log" 2>&1 || status=1
+            tail -3 "$out/engine.log" ;;
+    dcp) echo "NCCL: ${KBMLA_NCCL_LIBRARY:-none}; GPUs: $(nvidia-smi -L | wc -l)"
+         timeout -s KILL 300 build/tests/kbmla_gpu_tests --gtest_filter='GpuDcp*' > "$out/dcp.log" 2>&1 || status=1
+         grep -E "SKIPPED|OK \]|FAILED|PASSED" "$out/dcp.log" | tail -6 ;;
     example) timeout -s KILL 200 build/kbmla_example_decode_loop 64 100 > "$out/example.log" 2>&1 || status=1
              cat "$out/example.log" ;;
     python) PYTHONPATH="${KBMLA_PY_BUILD:-build-py312}/python" timeout -s KILL 300 python3 -m pytest -q python/tests \

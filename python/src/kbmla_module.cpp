@@ -4,14 +4,17 @@
 // message (the value and what is allowed); kbmla::Error surfaces as ValueError.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "kbmla/dcp.hpp"
 #include "kbmla/decode.hpp"
 #include "kbmla/error.hpp"
 #include "kbmla/planner.hpp"
@@ -56,16 +59,19 @@ std::string dtype_name(nb::dlpack::dtype d) {
   return s;
 }
 
-// Shape (-1: any extent), row-major contiguity, dtype, then the device: in that order, so
-// the layout checks can be exercised with host arrays (numpy has no bfloat16).
-void check_tensor(const Tensor& t, const char* name, const DType& dtype, const std::vector<int64_t>& shape) {
+// Shape (-1: any extent), layout, dtype, then the device: in that order, so the layout
+// checks can be exercised with host arrays (numpy has no bfloat16). `strided` tensors
+// need only a dense last dimension; the C++ API checks their other strides.
+void check_tensor(const Tensor& t, const char* name, const DType& dtype, const std::vector<int64_t>& shape,
+                  bool strided = false) {
   bool ok = t.ndim() == shape.size();
   for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 || int64_t(t.shape(i)) == shape[i];
   require(ok, name, " has shape ", shape_string(t), ", expected ", shape_string(shape));
   int64_t expect = 1;
   for (size_t i = t.ndim(); i-- > 0;) {
-    require(t.shape(i) == 1 || t.stride(i) == expect, name, " must be contiguous (row-major); stride ", t.stride(i),
-            " of dimension ", i, " should be ", expect);
+    if (strided && i + 1 < t.ndim()) break;
+    require(t.shape(i) == 1 || t.stride(i) == expect, name, strided ? "'s last dimension must be dense" :
+            " must be contiguous (row-major)", "; stride ", t.stride(i), " of dimension ", i, " should be ", expect);
     expect *= int64_t(t.shape(i));
   }
   require(t.dtype() == dtype.code, name, " has dtype ", dtype_name(t.dtype()), ", expected ", dtype.name);
@@ -75,15 +81,22 @@ void check_tensor(const Tensor& t, const char* name, const DType& dtype, const s
 
 struct DecodeTensors {
   Tensor q, block_table, seqlens, out, lse, workspace;
+  std::optional<Tensor> q_pe;
 };
 
+RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
 // The decode arguments of a plan with `batch` requests, checked as decode() checks them.
+// q, q_pe, out and lse may be strided views (the C++ API checks what their strides allow).
 void check_decode_tensors(const DecodeConfig& c, int batch, const DecodeTensors& t, size_t workspace_bytes) {
-  check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, c.d_qk});
+  check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, t.q_pe ? 512 : c.d_qk}, true);
+  if (t.q_pe) check_tensor(*t.q_pe, "q_pe", kBf16, {batch, c.q_len, c.heads, 64}, true);
   check_tensor(t.block_table, "block_table", kI32, {batch, -1});
   check_tensor(t.seqlens, "seqlens", kI32, {batch});
-  check_tensor(t.out, "out", kBf16, {batch, c.q_len, c.heads, c.d_v});
-  check_tensor(t.lse, "lse", kF32, {batch, c.q_len, c.heads});
+  check_tensor(t.out, "out", kBf16, {batch, c.q_len, c.heads, c.d_v}, true);
+  require(t.lse.ndim() == 3, "lse has shape ", shape_string(t.lse), ", expected ",
+          shape_string({batch, c.q_len, c.heads}));
+  check_tensor(t.lse, "lse", kF32, {batch, c.q_len, c.heads}, true);
   check_tensor(t.workspace, "workspace", kU8, {-1});
   require(t.workspace.shape(0) >= workspace_bytes, "workspace has ", t.workspace.shape(0), " bytes, the plan needs ",
           workspace_bytes);
@@ -104,6 +117,18 @@ PlanOptions make_options(int num_ctas, const std::string& policy, int batch_inva
     throw Error(detail::concat("policy '", policy, "' is not one of: worklist, static, static_persistent"));
   }
   return o;
+}
+
+DcpLayout parse_dcp_layout(const std::string& v) {
+  if (v == "contiguous") return DcpLayout::kContiguous;
+  if (v == "interleaved") return DcpLayout::kInterleaved;
+  throw Error(detail::concat("dcp_layout '", v, "' is not one of: contiguous, interleaved"));
+}
+
+LseBase parse_lse_base(const std::string& v) {
+  if (v == "e") return LseBase::kE;
+  if (v == "2") return LseBase::k2;
+  throw Error(detail::concat("lse_base '", v, "' is not one of: e, 2"));
 }
 
 template <class T>
@@ -132,11 +157,13 @@ NB_MODULE(_kbmla, m) {
       .def(
           "__init__",
           [](DecodeConfig* c, int heads, int q_len, float softmax_scale, int d_qk, int d_v, int page_size,
-             bool causal) {
-            new (c) DecodeConfig{heads, q_len, d_qk, d_v, page_size, causal, softmax_scale};
+             bool causal, int dcp_world, int dcp_rank, const std::string& dcp_layout) {
+            new (c) DecodeConfig{heads,         q_len,    d_qk,    d_v, page_size, causal,
+                                 softmax_scale, dcp_world, dcp_rank, parse_dcp_layout(dcp_layout)};
           },
           nb::arg("heads"), nb::arg("q_len"), nb::arg("softmax_scale"), nb::arg("d_qk") = 576, nb::arg("d_v") = 512,
-          nb::arg("page_size") = 64, nb::arg("causal") = true)
+          nb::arg("page_size") = 64, nb::arg("causal") = true, nb::arg("dcp_world") = 1, nb::arg("dcp_rank") = 0,
+          nb::arg("dcp_layout") = "contiguous")
       .def_rw("heads", &DecodeConfig::heads)
       .def_rw("q_len", &DecodeConfig::q_len)
       .def_rw("d_qk", &DecodeConfig::d_qk)
@@ -144,6 +171,12 @@ NB_MODULE(_kbmla, m) {
       .def_rw("page_size", &DecodeConfig::page_size)
       .def_rw("causal", &DecodeConfig::causal)
       .def_rw("softmax_scale", &DecodeConfig::softmax_scale)
+      .def_rw("dcp_world", &DecodeConfig::dcp_world)
+      .def_rw("dcp_rank", &DecodeConfig::dcp_rank)
+      .def_prop_rw(
+          "dcp_layout",
+          [](const DecodeConfig& c) { return std::string(c.dcp_layout == DcpLayout::kInterleaved ? "interleaved" : "contiguous"); },
+          [](DecodeConfig& c, const std::string& v) { c.dcp_layout = parse_dcp_layout(v); })
       .def("validate", [](const DecodeConfig& c) { validate_config(c); });
 
   m.def(
@@ -178,7 +211,7 @@ NB_MODULE(_kbmla, m) {
       [](const DecodeConfig& c, int batch, Tensor q, Tensor block_table, Tensor seqlens, Tensor out, Tensor lse,
          Tensor workspace, size_t workspace_bytes) {
         validate_config(c);
-        check_decode_tensors(c, batch, {q, block_table, seqlens, out, lse, workspace}, workspace_bytes);
+        check_decode_tensors(c, batch, {q, block_table, seqlens, out, lse, workspace, std::nullopt}, workspace_bytes);
       },
       nb::arg("config"), nb::arg("batch"), nb::arg("q"), nb::arg("block_table"), nb::arg("seqlens"),
       nb::arg("out"), nb::arg("lse"), nb::arg("workspace"), nb::arg("workspace_bytes"),
@@ -232,24 +265,86 @@ NB_MODULE(_kbmla, m) {
   m.def(
       "decode",
       [](const DevicePlan& plan, const KvCache& cache, Tensor q, Tensor block_table, Tensor seqlens, Tensor out,
-         Tensor lse, Tensor workspace, uintptr_t stream) {
-        check_decode_tensors(plan.config(), plan.batch(), {q, block_table, seqlens, out, lse, workspace},
+         Tensor lse, Tensor workspace, uintptr_t stream, std::optional<Tensor> q_pe, const std::string& lse_base,
+         std::optional<Tensor> dcp_global_seqlens, std::optional<Tensor> dcp_kv_offsets) {
+        const int B = plan.batch();
+        check_decode_tensors(plan.config(), B, {q, block_table, seqlens, out, lse, workspace, q_pe},
                              plan.workspace_bytes());
         DecodeArgs a;
         a.q = q.data();
+        a.q_strides = row_strides(q);
+        if (q_pe) {
+          a.q_pe = q_pe->data();
+          a.q_pe_strides = row_strides(*q_pe);
+        }
         a.block_table = static_cast<const int32_t*>(block_table.data());
         a.max_pages = int(block_table.shape(1));
         a.seqlens = static_cast<const int32_t*>(seqlens.data());
         a.out = out.data();
+        a.out_strides = row_strides(out);
         a.lse = static_cast<float*>(lse.data());
+        a.lse_strides = row_strides(lse);
+        a.lse_base = parse_lse_base(lse_base);
+        if (dcp_global_seqlens) {
+          check_tensor(*dcp_global_seqlens, "dcp_global_seqlens", kI32, {B});
+          a.dcp_global_seqlens = static_cast<const int32_t*>(dcp_global_seqlens->data());
+        }
+        if (dcp_kv_offsets) {
+          check_tensor(*dcp_kv_offsets, "dcp_kv_offsets", kI32, {B});
+          a.dcp_kv_offsets = static_cast<const int32_t*>(dcp_kv_offsets->data());
+        }
         a.workspace = workspace.data();
         a.workspace_bytes = workspace.shape(0);
         a.stream = reinterpret_cast<void*>(stream);
         decode(plan, cache, a);
       },
       nb::arg("plan"), nb::arg("cache"), nb::arg("q"), nb::arg("block_table"), nb::arg("seqlens"), nb::arg("out"),
-      nb::arg("lse"), nb::arg("workspace"), nb::arg("stream") = 0,
-      "One layer's decode: out and lse written on `stream` (an integer cudaStream_t), no allocation, no sync.");
+      nb::arg("lse"), nb::arg("workspace"), nb::arg("stream") = 0, nb::kw_only(), nb::arg("q_pe") = nb::none(),
+      nb::arg("lse_base") = "e", nb::arg("dcp_global_seqlens") = nb::none(), nb::arg("dcp_kv_offsets") = nb::none(),
+      "One layer's decode: out and lse written on `stream` (an integer cudaStream_t), no allocation, no sync. "
+      "q (or q_nope with q_pe), out and lse may be strided views with a dense last dimension.");
+
+  m.def(
+      "dcp_partial_bytes",
+      [](int batch, int q_len, int heads) { return dcp_partial_layout(batch, q_len, heads).bytes; },
+      nb::arg("batch"), nb::arg("q_len"), nb::arg("heads"),
+      "Bytes of one rank's partial (out bf16 [rows, 512], then lse fp32 [rows]).");
+
+  m.def(
+      "dcp_partial_views",
+      [](int batch, int q_len, int heads) {
+        const DcpPartialLayout l = dcp_partial_layout(batch, q_len, heads);
+        return nb::make_tuple(l.out_offset, l.lse_offset, l.bytes);
+      },
+      nb::arg("batch"), nb::arg("q_len"), nb::arg("heads"),
+      "(out offset, lse offset, bytes) of a partial buffer, in bytes.");
+
+  m.def(
+      "dcp_merge",
+      [](Tensor gathered, int world, Tensor out, Tensor lse, uintptr_t stream, const std::string& lse_base) {
+        require(out.ndim() == 4, "out has shape ", shape_string(out), ", expected (batch, q_len, heads, 512)");
+        const int B = int(out.shape(0)), S = int(out.shape(1)), H = int(out.shape(2));
+        check_tensor(out, "out", kBf16, {B, S, H, 512}, true);
+        require(lse.ndim() == 3, "lse has shape ", shape_string(lse), ", expected ", shape_string({B, S, H}));
+        check_tensor(lse, "lse", kF32, {B, S, H}, true);
+        check_tensor(gathered, "gathered", kU8, {int64_t(world) * int64_t(dcp_partial_layout(B, S, H).bytes)});
+        DcpMergeArgs m;
+        m.gathered = gathered.data();
+        m.world = world;
+        m.batch = B;
+        m.q_len = S;
+        m.heads = H;
+        m.out = out.data();
+        m.out_strides = row_strides(out);
+        m.lse = static_cast<float*>(lse.data());
+        m.lse_strides = row_strides(lse);
+        m.lse_base = parse_lse_base(lse_base);
+        m.stream = reinterpret_cast<void*>(stream);
+        dcp_merge(m);
+      },
+      nb::arg("gathered"), nb::arg("world"), nb::arg("out"), nb::arg("lse"), nb::arg("stream") = 0,
+      nb::arg("lse_base") = "e",
+      "Merges `world` gathered partials (uint8, world x dcp_partial_bytes) by LSE into out / lse.");
 
   m.def(
       "read_device_errors",

@@ -100,7 +100,7 @@ def test_decode_args_wrong_dtype_is_named():
 
 def test_decode_args_non_contiguous_q_is_rejected():
     c, a = args(q=np.zeros((3, 4, 16, 1152), np.uint16)[..., ::2])
-    with pytest.raises(ValueError, match=r"q must be contiguous \(row-major\); stride 2 of dimension 3 should be 1"):
+    with pytest.raises(ValueError, match=r"q's last dimension must be dense; stride 2 of dimension 3 should be 1"):
         check(c, 3, a)
 
 

@@ -130,3 +130,67 @@ def test_torch_compile_through_the_custom_op():
     assert torch.isfinite(total)
     kops.release(plan)
     kops.release(kv)
+
+
+def test_engine_layouts_match_the_dense_call():
+    """q as q_nope + q_pe views, out inside wider rows, lse as vLLM's [heads, tokens] in base 2."""
+    q, cache, table, seqlens = make_problem(SEQLENS)
+    plan = kbmla.Plan.create(CFG, SEQLENS)
+    kv = kbmla.KvCache(cache)
+    stream = torch.cuda.current_stream().cuda_stream
+    out, lse, ws = buffers(q, plan)
+    kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, stream)
+    B, tokens = q.shape[0], q.shape[0] * Q_LEN
+    wide = torch.full((B, Q_LEN, HEADS, 1024), float("nan"), dtype=torch.bfloat16, device="cuda")
+    lse_ht = torch.full((HEADS, tokens), float("nan"), dtype=torch.float32, device="cuda")
+    lse_view = lse_ht.t().view(B, Q_LEN, HEADS)
+    kbmla.decode(plan, kv, q[..., :512], table, seqlens, wide[..., :512], lse_view, ws, stream,
+                 q_pe=q[..., 512:], lse_base="2")
+    torch.cuda.synchronize()
+    assert kbmla.read_device_errors(ws)[0] == 0
+    assert torch.equal(wide[..., :512], out)
+    assert torch.isnan(wide[..., 512:]).all()
+    finite = torch.isfinite(lse)
+    assert torch.equal(torch.isfinite(lse_view), finite)
+    assert torch.allclose(lse_view[finite], lse[finite] / math.log(2), rtol=1e-5, atol=1e-5)
+
+
+def test_context_parallel_halves_merge_to_the_reference():
+    """Two contiguous shards of each request decoded as DCP ranks on one GPU, then merged."""
+    q, cache, table, seqlens = make_problem(SEQLENS)
+    lens = seqlens.tolist()
+    B = len(lens)
+    part_bytes = kbmla.dcp_partial_bytes(B, Q_LEN, HEADS)
+    out_off, lse_off, _ = kbmla.dcp_partial_views(B, Q_LEN, HEADS)
+    gathered = torch.empty(2 * part_bytes, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    rows = B * Q_LEN * HEADS
+    kv_all = [cache[table[b, :(L + PAGE - 1) // PAGE].long()].reshape(-1, 576)[:L] for b, L in enumerate(lens)]
+    for rank in range(2):
+        firsts = [L * rank // 2 for L in lens]
+        local = [L * (rank + 1) // 2 - f for L, f in zip(lens, firsts)]
+        pages = [(n + PAGE - 1) // PAGE for n in local]
+        shard = torch.zeros(max(sum(pages), 1), PAGE, 576, dtype=torch.bfloat16, device="cuda")
+        shard_table = torch.zeros(B, max(max(pages), 1), dtype=torch.int32, device="cuda")
+        at = 0
+        for b in range(B):
+            flat = shard.view(-1, 576)
+            flat[at * PAGE:at * PAGE + local[b]] = kv_all[b][firsts[b]:firsts[b] + local[b]]
+            shard_table[b, :pages[b]] = torch.arange(at, at + pages[b], dtype=torch.int32)
+            at += pages[b]
+        cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, dcp_world=2, dcp_rank=rank)
+        plan = kbmla.Plan.create(cfg, local)
+        ws = torch.empty(plan.workspace_bytes, dtype=torch.uint8, device="cuda")
+        kbmla.init_workspace(ws, stream)
+        part = gathered[rank * part_bytes:(rank + 1) * part_bytes]
+        out_p = part[out_off:out_off + rows * 1024].view(torch.bfloat16).view(B, Q_LEN, HEADS, 512)
+        lse_p = part[lse_off:lse_off + rows * 4].view(torch.float32).view(B, Q_LEN, HEADS)
+        kbmla.decode(plan, kbmla.KvCache(shard), q, shard_table, torch.tensor(local, dtype=torch.int32, device="cuda"),
+                     out_p, lse_p, ws, stream, dcp_global_seqlens=seqlens,
+                     dcp_kv_offsets=torch.tensor(firsts, dtype=torch.int32, device="cuda"))
+        assert kbmla.read_device_errors(ws)[0] == 0
+    out = torch.empty(B, Q_LEN, HEADS, 512, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(B, Q_LEN, HEADS, dtype=torch.float32, device="cuda")
+    kbmla.dcp_merge(gathered, 2, out, lse, stream)
+    torch.cuda.synchronize()
+    check(out, lse, *reference(q, cache, table, seqlens))

@@ -1,0 +1,111 @@
+// Engine-shaped arguments on the GPU: Q with padded rows or as q_nope + q_pe, out with
+// padded rows, LSE in vLLM's [heads, tokens] layout and in base 2. Each must give the
+// dense call's result bit for bit (same plan, same arithmetic), and write nothing outside
+// its rows (the padding stays poisoned).
+#include <cstring>
+
+#include "tests/gpu/gpu_harness.hpp"
+
+namespace kbmla::test {
+namespace {
+
+struct Dense {
+  std::vector<ref::Bf16> out;
+  std::vector<float> lse;
+};
+
+void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas) {
+  SCOPED_TRACE(::testing::Message() << "heads " << heads << " q_len " << q_len << " ctas " << ctas);
+  ref::Problem shape;
+  shape.batch = int(seqlens.size());
+  shape.q_len = q_len;
+  shape.heads = heads;
+  shape.scale = 1.0 / std::sqrt(576.0);
+  const auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, 11);
+  const int B = shape.batch;
+  const size_t rows = size_t(B) * q_len * heads, tokens = size_t(B) * q_len;
+  DecodeConfig config;
+  config.heads = heads;
+  config.q_len = q_len;
+  config.softmax_scale = float(shape.scale);
+  PlanOptions options;
+  options.num_ctas = ctas;
+  DevicePlan plan = DevicePlan::create(config, seqlens, options);
+  DeviceProblem dev(data, plan);
+  KvCache kv(dev.cache.ptr, data.problem.num_pages, 64);
+  dev.out.poison();
+  dev.lse.poison();
+  decode(plan, kv, dev.args(data.problem.max_pages));
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  const Dense dense{dev.out.download(), dev.lse.download()};
+
+  // Padded Q rows (640 elements, NaN padding), padded out rows (1024), LSE [heads, tokens]
+  // in base 2.
+  std::vector<ref::Bf16> q_pad(rows * 640, ref::Bf16{0xffff});
+  for (size_t r = 0; r < rows; ++r) std::copy_n(&data.q[r * 576], 576, &q_pad[r * 640]);
+  DeviceArray<ref::Bf16> q_padded(q_pad), out_padded(rows * 1024);
+  DeviceArray<float> lse_t(rows);
+  out_padded.poison();
+  lse_t.poison();
+  DecodeArgs a = dev.args(data.problem.max_pages);
+  a.q = q_padded.ptr;
+  a.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
+  a.out = out_padded.ptr;
+  a.out_strides = {int64_t(q_len) * heads * 1024, int64_t(heads) * 1024, 1024};
+  a.lse = lse_t.ptr;
+  a.lse_strides = {q_len, 1, int64_t(tokens)};
+  a.lse_base = LseBase::k2;
+  decode(plan, kv, a);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  const std::vector<ref::Bf16> got = out_padded.download();
+  const std::vector<float> got_lse = lse_t.download();
+  for (size_t r = 0; r < rows; ++r) {
+    ASSERT_EQ(std::memcmp(&got[r * 1024], &dense.out[r * 512], 512 * 2), 0) << "row " << r;
+    for (int c = 512; c < 1024; ++c) ASSERT_EQ(got[r * 1024 + c].bits, 0xffff) << "padding of row " << r;
+    const size_t token = r / heads, h = r % heads;
+    const float l2 = got_lse[h * tokens + token], le = dense.lse[r];
+    if (std::isinf(le)) {
+      EXPECT_TRUE(std::isinf(l2) && l2 < 0) << "row " << r;
+    } else {
+      EXPECT_NEAR(l2, le * 1.4426950408889634, 1e-5 * std::max(1.f, std::fabs(le))) << "row " << r;
+    }
+  }
+
+  // Q as q_nope + q_pe: views of one [tokens, heads, 576] buffer, then two dense tensors.
+  std::vector<ref::Bf16> nope(rows * 512), pe(rows * 64);
+  for (size_t r = 0; r < rows; ++r) {
+    std::copy_n(&data.q[r * 576], 512, &nope[r * 512]);
+    std::copy_n(&data.q[r * 576 + 512], 64, &pe[r * 64]);
+  }
+  DeviceArray<ref::Bf16> q_nope(nope), q_pe(pe);
+  for (int variant = 0; variant < 2; ++variant) {
+    SCOPED_TRACE(variant == 0 ? "q_nope / q_pe as views of q" : "q_nope / q_pe as their own tensors");
+    DecodeArgs s = dev.args(data.problem.max_pages);
+    dev.out.poison();
+    dev.lse.poison();
+    if (variant == 0) {
+      s.q_strides = {int64_t(q_len) * heads * 576, int64_t(heads) * 576, 576};
+      s.q_pe = dev.q.ptr + 512;
+      s.q_pe_strides = s.q_strides;
+    } else {
+      s.q = q_nope.ptr;
+      s.q_pe = q_pe.ptr;
+    }
+    decode(plan, kv, s);
+    ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+    EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.out.data(), rows * 512 * 2), 0);
+    EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense.lse.data(), rows * 4), 0);
+  }
+}
+
+TEST(GpuEngineArgs, StridedQOutLseAndSplitQMatchTheDenseCall) {
+  KBMLA_REQUIRE_SM90();
+  // Splits (16 CTAs for 5000 keys), a request with no keys (zero-filled by the combine)
+  // and one shorter than q_len (rows with no visible key).
+  check_layouts(16, 4, {5000, 0, 3, 900}, 16);
+  check_layouts(128, 2, {3000, 1, 700}, 12);  // 2-CTA clusters
+  check_layouts(24, 9, {2000, 130}, 0);       // tiles across token boundaries
+}
+
+}  // namespace
+}  // namespace kbmla::test
