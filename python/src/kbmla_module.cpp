@@ -60,15 +60,18 @@ std::string dtype_name(nb::dlpack::dtype d) {
 }
 
 // Shape (-1: any extent), layout, dtype, then the device: in that order, so the layout
-// checks can be exercised with host arrays (numpy has no bfloat16). `strided` tensors
-// need only a dense last dimension; the C++ API checks their other strides.
+// checks can be exercised with host arrays (numpy has no bfloat16). Layouts: kDense
+// (row-major), kRows (only the last dimension dense: out and Q rows), kAny (lse); the C++
+// API checks what the strides of kRows / kAny tensors allow.
+enum class Layout { kDense, kRows, kAny };
 void check_tensor(const Tensor& t, const char* name, const DType& dtype, const std::vector<int64_t>& shape,
-                  bool strided = false) {
+                  Layout layout = Layout::kDense) {
+  const bool strided = layout == Layout::kRows;
   bool ok = t.ndim() == shape.size();
   for (size_t i = 0; ok && i < shape.size(); ++i) ok = shape[i] < 0 || int64_t(t.shape(i)) == shape[i];
   require(ok, name, " has shape ", shape_string(t), ", expected ", shape_string(shape));
   int64_t expect = 1;
-  for (size_t i = t.ndim(); i-- > 0;) {
+  for (size_t i = t.ndim(); layout != Layout::kAny && i-- > 0;) {
     if (strided && i + 1 < t.ndim()) break;
     require(t.shape(i) == 1 || t.stride(i) == expect, name, strided ? "'s last dimension must be dense" :
             " must be contiguous (row-major)", "; stride ", t.stride(i), " of dimension ", i, " should be ", expect);
@@ -89,14 +92,14 @@ RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.st
 // The decode arguments of a plan with `batch` requests, checked as decode() checks them.
 // q, q_pe, out and lse may be strided views (the C++ API checks what their strides allow).
 void check_decode_tensors(const DecodeConfig& c, int batch, const DecodeTensors& t, size_t workspace_bytes) {
-  check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, t.q_pe ? 512 : c.d_qk}, true);
-  if (t.q_pe) check_tensor(*t.q_pe, "q_pe", kBf16, {batch, c.q_len, c.heads, 64}, true);
+  check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, t.q_pe ? 512 : c.d_qk}, Layout::kRows);
+  if (t.q_pe) check_tensor(*t.q_pe, "q_pe", kBf16, {batch, c.q_len, c.heads, 64}, Layout::kRows);
   check_tensor(t.block_table, "block_table", kI32, {batch, -1});
   check_tensor(t.seqlens, "seqlens", kI32, {batch});
-  check_tensor(t.out, "out", kBf16, {batch, c.q_len, c.heads, c.d_v}, true);
+  check_tensor(t.out, "out", kBf16, {batch, c.q_len, c.heads, c.d_v}, Layout::kRows);
   require(t.lse.ndim() == 3, "lse has shape ", shape_string(t.lse), ", expected ",
           shape_string({batch, c.q_len, c.heads}));
-  check_tensor(t.lse, "lse", kF32, {batch, c.q_len, c.heads}, true);
+  check_tensor(t.lse, "lse", kF32, {batch, c.q_len, c.heads}, Layout::kAny);
   check_tensor(t.workspace, "workspace", kU8, {-1});
   require(t.workspace.shape(0) >= workspace_bytes, "workspace has ", t.workspace.shape(0), " bytes, the plan needs ",
           workspace_bytes);
@@ -324,9 +327,9 @@ NB_MODULE(_kbmla, m) {
       [](Tensor gathered, int world, Tensor out, Tensor lse, uintptr_t stream, const std::string& lse_base) {
         require(out.ndim() == 4, "out has shape ", shape_string(out), ", expected (batch, q_len, heads, 512)");
         const int B = int(out.shape(0)), S = int(out.shape(1)), H = int(out.shape(2));
-        check_tensor(out, "out", kBf16, {B, S, H, 512}, true);
+        check_tensor(out, "out", kBf16, {B, S, H, 512}, Layout::kRows);
         require(lse.ndim() == 3, "lse has shape ", shape_string(lse), ", expected ", shape_string({B, S, H}));
-        check_tensor(lse, "lse", kF32, {B, S, H}, true);
+        check_tensor(lse, "lse", kF32, {B, S, H}, Layout::kAny);
         check_tensor(gathered, "gathered", kU8, {int64_t(world) * int64_t(dcp_partial_layout(B, S, H).bytes)});
         DcpMergeArgs m;
         m.gathered = gathered.data();
