@@ -27,3 +27,14 @@ endif()
 message(STATUS "kbmla: CuTe/CUTLASS headers from ${KBMLA_CUTLASS_INCLUDE_DIR}")
 add_library(kbmla_cutlass INTERFACE)
 target_include_directories(kbmla_cutlass SYSTEM INTERFACE "${KBMLA_CUTLASS_INCLUDE_DIR}")
+
+# nccl.h (the CUDA toolkit ships it) for the types of the DCP all-gather path; libnccl itself
+# is loaded at run time. Without the header that path throws a kbmla::Error saying so.
+find_path(KBMLA_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+if(KBMLA_NCCL_INCLUDE_DIR)
+  set(KBMLA_HAVE_NCCL 1)
+  message(STATUS "kbmla: nccl.h from ${KBMLA_NCCL_INCLUDE_DIR} (libnccl loaded at run time)")
+else()
+  set(KBMLA_HAVE_NCCL 0)
+  message(STATUS "kbmla: no nccl.h; dcp_allgather_merge will report that it was built without NCCL")
+endif()

@@ -2,6 +2,7 @@
 // when it is already loaded, and a machine without NCCL still runs everything else.
 #pragma once
 
+#if KBMLA_HAVE_NCCL
 #include <nccl.h>
 
 namespace kbmla::detail {
@@ -24,3 +25,4 @@ const NcclApi& nccl_api();
 void check_nccl(ncclResult_t r, const char* what);
 
 }  // namespace kbmla::detail
+#endif  // KBMLA_HAVE_NCCL

@@ -10,6 +10,7 @@
 
 namespace kbmla {
 
+#if KBMLA_HAVE_NCCL
 namespace detail {
 
 const NcclApi& nccl_api() {
@@ -64,5 +65,11 @@ void dcp_allgather_merge(void* nccl_comm, const void* partial, const DcpMergeArg
                      "ncclAllGather");
   dcp_merge(args);
 }
+#else
+void dcp_allgather_merge(void*, const void*, const DcpMergeArgs&) {
+  throw Error("dcp: kbmla was built without nccl.h (CUDA toolkit's include directory); use your own all-gather "
+              "and dcp_merge, or rebuild where nccl.h is found");
+}
+#endif
 
 }  // namespace kbmla

@@ -148,6 +148,7 @@ TEST(GpuDcp, ShardsMergedOnOneGpuMatchTheReference) {
   }
 }
 
+#if KBMLA_HAVE_NCCL
 TEST(GpuDcpNccl, TwoGpusAllGatherAndMergeMatchTheReference) {
   KBMLA_REQUIRE_SM90();
   int devices = 0;
@@ -212,6 +213,7 @@ TEST(GpuDcpNccl, TwoGpusAllGatherAndMergeMatchTheReference) {
   }
   for (ncclComm_t c : comms) nccl->comm_destroy(c);
 }
+#endif  // KBMLA_HAVE_NCCL
 
 }  // namespace
 }  // namespace kbmla::test
