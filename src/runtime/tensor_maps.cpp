@@ -25,7 +25,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // The one row stride (elements) under which Q's (batch, token, head) rows are evenly
 // spaced: TMA loads 64 consecutive rows of a request as one box.
 int64_t flat_row_stride(const RowStrides& s, int batch, int q_len, int heads, int64_t cols, const char* name) {
-  if (s.dense()) return cols;
+  // One row (batch, q_len and heads all 1): its strides are never used.
+  if (s.dense() || int64_t{batch} * q_len * heads == 1) return cols;
   const int64_t rs = heads > 1 ? s.head : (q_len > 1 ? s.token : s.batch);
   const bool flat = (heads == 1 || s.head == rs) && (q_len == 1 || s.token == heads * rs) &&
                     (batch == 1 || s.batch == int64_t{q_len} * heads * rs);

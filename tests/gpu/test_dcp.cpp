@@ -101,6 +101,26 @@ void expect_matches_reference(const ref::RandomProblem<ref::Bf16>& full, const D
   EXPECT_LT(c.lse_max_abs, 1e-3);
 }
 
+// The merged result's buffers (NaN-poisoned) and the merge arguments that fill them.
+struct Merged {
+  DeviceArray<ref::Bf16> out;
+  DeviceArray<float> lse;
+  DcpMergeArgs args;
+  Merged(const ref::Problem& p, const void* gathered, int world, cudaStream_t stream)
+      : out(size_t(p.batch) * p.q_len * p.heads * 512), lse(size_t(p.batch) * p.q_len * p.heads) {
+    out.poison();
+    lse.poison();
+    args.gathered = gathered;
+    args.world = world;
+    args.batch = p.batch;
+    args.q_len = p.q_len;
+    args.heads = p.heads;
+    args.out = out.ptr;
+    args.lse = lse.ptr;
+    args.stream = stream;
+  }
+};
+
 ref::RandomProblem<ref::Bf16> make_full(int heads, int q_len, const std::vector<int32_t>& seqlens) {
   ref::Problem shape;
   shape.batch = int(seqlens.size());
@@ -128,21 +148,10 @@ TEST(GpuDcp, ShardsMergedOnOneGpuMatchTheReference) {
         for (int r = 0; r < world; ++r) {
           decode_rank(full, make_shard(full, world, r, layout), world, r, layout, gathered.ptr + r * l.bytes, nullptr);
         }
-        DeviceArray<ref::Bf16> out(size_t(B) * q_len * heads * 512);
-        DeviceArray<float> lse(size_t(B) * q_len * heads);
-        out.poison();
-        lse.poison();
-        DcpMergeArgs m;
-        m.gathered = gathered.ptr;
-        m.world = world;
-        m.batch = B;
-        m.q_len = q_len;
-        m.heads = heads;
-        m.out = out.ptr;
-        m.lse = lse.ptr;
-        dcp_merge(m);
+        Merged merged(full.problem, gathered.ptr, world, nullptr);
+        dcp_merge(merged.args);
         cuda_ok(cudaDeviceSynchronize(), "merge");
-        expect_matches_reference(full, out, lse);
+        expect_matches_reference(full, merged.out, merged.lse);
       }
     }
   }
@@ -185,22 +194,10 @@ TEST(GpuDcpNccl, TwoGpusAllGatherAndMergeMatchTheReference) {
             DeviceArray<uint8_t> partial(l.bytes), gathered(l.bytes * kWorld);
             gathered.poison();
             decode_rank(full, make_shard(full, kWorld, r, layout), kWorld, r, layout, partial.ptr, stream);
-            DeviceArray<ref::Bf16> out(size_t(B) * q_len * heads * 512);
-            DeviceArray<float> lse(size_t(B) * q_len * heads);
-            out.poison();
-            lse.poison();
-            DcpMergeArgs m;
-            m.gathered = gathered.ptr;
-            m.world = kWorld;
-            m.batch = B;
-            m.q_len = q_len;
-            m.heads = heads;
-            m.out = out.ptr;
-            m.lse = lse.ptr;
-            m.stream = stream;
-            dcp_allgather_merge(comms[r], partial.ptr, m);
+            Merged merged(full.problem, gathered.ptr, kWorld, stream);
+            dcp_allgather_merge(comms[r], partial.ptr, merged.args);
             cuda_ok(cudaStreamSynchronize(stream), "all-gather + merge");
-            expect_matches_reference(full, out, lse);
+            expect_matches_reference(full, merged.out, merged.lse);
             cudaStreamDestroy(stream);
           } catch (const std::exception& e) {
             failures[size_t(r)] = e.what();
