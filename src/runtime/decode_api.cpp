@@ -47,7 +47,8 @@ void validate_config(const DecodeConfig& c) {
   require(c.q_len >= 1 && c.q_len <= 16, "decode: q_len (", c.q_len, ") must be in 1..16");
   require(c.d_qk == 576 || c.d_qk == 512, "decode: d_qk (", c.d_qk, ") is not supported; supported: 576, 512");
   require(c.d_v == 512, "decode: d_v (", c.d_v, ") is not supported; supported: 512");
-  require(c.page_size == 64, "decode: page_size (", c.page_size, ") is not supported; supported: 64");
+  require(c.page_size >= 1 && c.page_size <= 256 && (c.page_size & (c.page_size - 1)) == 0, "decode: page_size (",
+          c.page_size, ") is not supported; supported: powers of two 1..256");
   require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
           ") must be positive and finite");
   require(c.dcp_world >= 1 && c.dcp_world <= 1024, "decode: dcp_world (", c.dcp_world, ") must be in 1..1024");
@@ -324,12 +325,19 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk)
   require(aligned(data, 16), "KvCache: data must be 16-byte aligned for TMA");
   require(num_pages >= 1 && num_pages <= (int64_t{1} << 31) - 1, "KvCache: num_pages (", num_pages,
           ") must be in 1..2^31-1");
-  require(page_size == 64, "KvCache: page_size (", page_size, ") is not supported; supported: 64");
+  require(page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0, "KvCache: page_size (",
+          page_size, ") is not supported; supported: powers of two 1..256");
+  require(num_pages <= (int64_t{1} << 31) / std::max(1, page_size / 64), "KvCache: num_pages (", num_pages,
+          ") x page_size / 64 must be < 2^31 (pages are addressed in 64-token parts)");
   require(d_qk == 576 || d_qk == 512, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576, 512");
   static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_), "tensor map storage");
-  const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(page_size), cuuint64_t(num_pages)};
-  const cuuint64_t strides[2] = {cuuint64_t(d_qk) * 2, cuuint64_t(d_qk) * 2 * page_size};
-  const cuuint32_t box[3] = {sm90::kBoxCols, sm90::kBlockTokens, 1};
+  // Pages of 64 tokens or more are addressed as 64-token parts (the loader's "virtual
+  // pages"); smaller pages are one box of page_size rows each.
+  const int rows = std::min(page_size, sm90::kBlockTokens);
+  const int64_t parts = num_pages * (page_size / rows);
+  const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(rows), cuuint64_t(parts)};
+  const cuuint64_t strides[2] = {cuuint64_t(d_qk) * 2, cuuint64_t(d_qk) * 2 * rows};
+  const cuuint32_t box[3] = {sm90::kBoxCols, cuuint32_t(rows), 1};
   encode_bf16_map(reinterpret_cast<CUtensorMap*>(tensor_map_), data, 3, dims, strides, box, "the KV cache");
 }
 

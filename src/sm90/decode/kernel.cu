@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      PagedKvLoader64<QkBoxes> kv{&kv_map, p.block_table, p.max_pages, p.num_pages};
+      PagedKvLoader<QkBoxes> kv{&kv_map, p.block_table, p.max_pages, p.num_pages, p.page_size, __ffs(p.page_size) - 1};
       run_kv_loader<Mode, QkBoxes>(p, kv, smem);
     } else if (threadIdx.x == 32) {
       run_q_loader<QkBoxes>(p, &q_maps, smem);

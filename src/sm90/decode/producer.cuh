@@ -1,7 +1,7 @@
 // Producer role: two threads of the producer warpgroup walk the same items as the
 // consumers; one keeps the KV stage ring fed by TMA, the other loads each item's Q tile.
-// PagedKvLoader64 is the extension point for other page sizes and dtypes (issue 5): it
-// maps (request, KV block) to TMA boxes and flags blocks it cannot load.
+// PagedKvLoader is the extension point for other dtypes (issue 5): it maps (request, KV
+// block) to TMA boxes and flags blocks it cannot load.
 #pragma once
 
 #include "src/sm90/decode/kernel.hpp"
@@ -10,36 +10,103 @@
 
 namespace kbmla::sm90 {
 
-// Page-size-64 bf16 loader: one KV block is one page, QkBoxes 64 x 64 boxes (9 for d_qk
-// 576, 8 for d_qk 512; the stage buffer always has room for 9).
+// Paged bf16 loader for page sizes 2^k in 1..256. A KV block is 64 tokens:
+//  - pages of 64 or more tokens: the cache is viewed as pages of 64 ("virtual pages",
+//    page * (page_size / 64) + block % (page_size / 64)), one box per 64 columns;
+//  - smaller pages: a block spans 64 / page_size pages, each a box of page_size rows
+//    written at row page_size * k of the stage. The 128-byte swizzle is a function of the
+//    shared-memory address, so row r of every box lands where the wgmma descriptors
+//    expect it. Pages past the request's last token are not loaded (their block-table
+//    entries need not be valid); the barrier expects only the bytes that come.
+// QkBoxes 64-column boxes per row (9 for d_qk 576, 8 for 512; the stage has room for 9).
 template <int QkBoxes>
-struct PagedKvLoader64 {
+struct PagedKvLoader {
   const CUtensorMap* map;
   const int32_t* block_table;
   int max_pages;
   int64_t num_pages;
+  int page_size;
+  int page_log2;  // log2(page_size)
 
-  // The page of a block, with its error bits (0 when the index is valid). An invalid page
-  // is replaced by page 0 so the TMA stays in bounds; the consumers see the stage flag
-  // and write zeros for the item.
-  __device__ __forceinline__ uint32_t page_of(int batch, int block, int32_t& page) const {
-    page = block_table[int64_t{batch} * max_pages + block];
+  static constexpr int kPrefetch = 2;  // block-table entries read before the stage wait
+
+  struct Block {
+    int32_t page[kPrefetch];  // pages (virtual pages for page_size >= 64) of the first sub-pages
+    int sub_pages;            // boxes of rows this block needs (1 for page_size >= 64)
+    uint32_t errors;
+  };
+
+  __device__ __forceinline__ uint32_t checked(int32_t& page) const {
     if (page >= 0 && page < num_pages) return 0;
-    page = 0;
+    page = 0;  // keeps the TMA in bounds; the consumers see the stage flag and write zeros
     return kErrPageIndexOutOfRange;
   }
 
-  // Every CTA of the cluster expects the whole stage; in a 2-CTA cluster each producer
-  // issues every other box, multicast to both, so each KV byte leaves L2 once per q tile.
-  __device__ __forceinline__ void issue(int32_t page, uint64_t* bar, uint8_t* stage, int cluster_size,
-                                        int rank) const {
-    Mbarrier::arrive_and_expect_tx(bar, QkBoxes * kBoxBytes);
+  // The block's first pages, read before the stage wait so that the block-table latency
+  // overlaps the consumers' use of the stage.
+  __device__ __forceinline__ Block begin(int batch, int block, int seqlen) const {
+    Block k{};
+    const int32_t* row = block_table + int64_t{batch} * max_pages;
+    if (page_log2 >= 6) {
+      const int shift = page_log2 - 6;
+      int32_t page = row[block >> shift];
+      k.errors = checked(page);
+      k.page[0] = (page << shift) + (block & ((1 << shift) - 1));
+      k.sub_pages = 1;
+      return k;
+    }
+    const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
+    k.sub_pages = (tokens + page_size - 1) >> page_log2;
+    const int first = block << (6 - page_log2);
+#pragma unroll
+    for (int i = 0; i < kPrefetch; ++i) {
+      if (i < k.sub_pages) {
+        k.page[i] = row[first + i];
+        k.errors |= checked(k.page[i]);
+      }
+    }
+    return k;
+  }
+
+  __device__ __forceinline__ void issue_rows(int sub, int32_t page, uint64_t* bar, uint8_t* stage,
+                                             int cluster_size, int rank) const {
+    uint8_t* dst = stage + sub * page_size * 128;  // rows of 64 bf16 = 128 bytes per box
     if (cluster_size == 1) {
 #pragma unroll
-      for (int j = 0; j < QkBoxes; ++j) tma_load_kv_box(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page);
+      for (int j = 0; j < QkBoxes; ++j) tma_load_kv_box(map, bar, dst + j * kBoxBytes, j * kBoxCols, 0, page);
     } else {
+      // Each producer of the 2-CTA cluster issues every other box, multicast to both, so
+      // each KV byte leaves L2 once per q tile.
       for (int j = rank; j < QkBoxes; j += 2) {
-        tma_load_kv_box_multicast(map, bar, stage + j * kBoxBytes, j * kBoxCols, 0, page, uint16_t{0x3});
+        tma_load_kv_box_multicast(map, bar, dst + j * kBoxBytes, j * kBoxCols, 0, page, uint16_t{0x3});
+      }
+    }
+  }
+
+  // Pages of fewer than 16 tokens: the entries past the prefetched ones, checked before
+  // the stage flag is stored (issue() reads them again, from L1).
+  __device__ __forceinline__ uint32_t check_rest(const Block& k, int batch, int block) const {
+    uint32_t errors = 0;
+    const int32_t* row = block_table + int64_t{batch} * max_pages + (block << (6 - page_log2));
+    for (int i = kPrefetch; i < k.sub_pages; ++i) {
+      int32_t page = row[i];
+      errors |= checked(page);
+    }
+    return errors;
+  }
+
+  // Every CTA of the cluster expects the whole stage (the rows that come).
+  __device__ __forceinline__ void issue(const Block& k, int batch, int block, uint64_t* bar, uint8_t* stage,
+                                        int cluster_size, int rank) const {
+    const int rows = page_log2 >= 6 ? kBlockTokens : k.sub_pages * page_size;
+    Mbarrier::arrive_and_expect_tx(bar, QkBoxes * rows * 128);
+    for (int i = 0; i < k.sub_pages && i < kPrefetch; ++i) issue_rows(i, k.page[i], bar, stage, cluster_size, rank);
+    if (k.sub_pages > kPrefetch) {
+      const int32_t* row = block_table + int64_t{batch} * max_pages + (block << (6 - page_log2));
+      for (int i = kPrefetch; i < k.sub_pages; ++i) {
+        int32_t page = row[i];
+        checked(page);
+        issue_rows(i, page, bar, stage, cluster_size, rank);
       }
     }
   }
@@ -76,7 +143,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 // KV loader (one thread of warp 0): streams every item's KV blocks through the stage ring
 // and reports data errors (seqlens, page indices) to the error word.
 template <KernelMode Mode, int QkBoxes>
-__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader64<QkBoxes>& kv,
+__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes>& kv,
                                               uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* full = bars + 2;
@@ -94,8 +161,9 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       const int stage = block_count % kStages;
       // The block-table read goes before the wait: its latency (an L2 round trip) then
       // overlaps the consumers' use of the stage instead of delaying the refill.
-      int32_t page;
-      const uint32_t err = kv.page_of(it.batch, blk, page);
+      const auto block = kv.begin(it.batch, blk, it.seqlen);
+      uint32_t err = block.errors;
+      if (block.sub_pages > kv.kPrefetch) err |= kv.check_rest(block, it.batch, blk);
       errors |= err;
       Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
       // The flag is stored before the arrive that completes with the TMA bytes (release),
@@ -104,7 +172,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       if constexpr (Mode == KernelMode::kMathOnly) {
         Mbarrier::arrive(full + stage);
       } else {
-        kv.issue(page, full + stage, smem + SmemLayout::kv + stage * kTileBytes, p.cluster_size, rank);
+        kv.issue(block, it.batch, blk, full + stage, smem + SmemLayout::kv + stage * kTileBytes, p.cluster_size, rank);
       }
     }
   }
