@@ -30,6 +30,7 @@ std::vector<BenchCase> load_cases(const std::string& path) {
       bc.heads = c.at("heads").get<int>();
       bc.seqlens = c.at("seqlens").get<std::vector<int>>();
       bc.d_qk = c.value("d_qk", 576);
+      bc.page_size = c.value("page_size", 64);
       if (c.contains("reference_kernel_pct_of_copy")) bc.reference_pct_of_copy = c["reference_kernel_pct_of_copy"].get<double>();
       if (c.contains("reference_kernel_tflops")) bc.reference_tflops = c["reference_kernel_tflops"].get<double>();
     } catch (const nlohmann::json::exception& e) {

@@ -15,6 +15,7 @@ struct BenchCase {
   int q_len = 1;
   int heads = 16;
   int d_qk = 576;  // 576, or 512 (no rope part)
+  int page_size = 64;  // tokens per cache page: a power of two in 1..256
   std::vector<int> seqlens;
   std::optional<double> reference_pct_of_copy;
   std::optional<double> reference_tflops;

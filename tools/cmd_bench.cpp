@@ -46,6 +46,7 @@ struct BenchOptions {
   int runs = 50;
   int warmup = 10;
   int sms = 0;
+  int page_size = 0;  // 0: each case's own
   bool spike = false;
   bool balance = false;
   bool device_plan = false;
@@ -200,9 +201,10 @@ int run_bench(const BenchOptions& o) {
     CaseData d;
     d.seqlens.assign(bc.seqlens.begin(), bc.seqlens.end());
     int64_t tokens = 0;
+    const int page_size = o.page_size > 0 ? o.page_size : bc.page_size;
     std::vector<int32_t> pages_per(bc.batch);
     for (int b = 0; b < bc.batch; ++b) {
-      pages_per[b] = (d.seqlens[b] + 63) / 64;
+      pages_per[b] = (d.seqlens[b] + page_size - 1) / page_size;
       d.max_pages = std::max(d.max_pages, pages_per[b]);
       d.num_pages += pages_per[b];
       tokens += d.seqlens[b];
@@ -215,7 +217,7 @@ int run_bench(const BenchOptions& o) {
     size_t next = 0;
     for (int b = 0; b < bc.batch; ++b)
       for (int j = 0; j < pages_per[b]; ++j) table[size_t(b) * d.max_pages + j] = perm[next++];
-    d.cache_bytes = size_t(d.num_pages) * 64 * bc.d_qk * 2;
+    d.cache_bytes = size_t(d.num_pages) * page_size * bc.d_qk * 2;
     const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
     const double kv_bytes = double(tokens) * bc.d_qk * 2;
     const double io_bytes = kv_bytes + double(rows) * bc.d_qk * 2 + double(rows) * 512 * 2;
@@ -235,12 +237,13 @@ int run_bench(const BenchOptions& o) {
     cuda_check(cudaMemcpy(d.block_table->ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
     cuda_check(cudaMemcpy(d.seqlens_dev->ptr, d.seqlens.data(), d.seqlens.size() * 4, cudaMemcpyHostToDevice), "copy");
     std::vector<KvCache> kv;
-    for (auto& c : d.caches) kv.emplace_back(c->ptr, d.num_pages, 64, bc.d_qk);
+    for (auto& c : d.caches) kv.emplace_back(c->ptr, d.num_pages, page_size, bc.d_qk);
 
     DecodeConfig config;
     config.heads = bc.heads;
     config.q_len = bc.q_len;
     config.d_qk = bc.d_qk;
+    config.page_size = page_size;
     config.softmax_scale = 1.0f / std::sqrt(576.0f);
 
     // The case's buffers as decode arguments, with a fresh (initialised) workspace.
@@ -410,7 +413,7 @@ int run_bench(const BenchOptions& o) {
                                               : std::string()) +
                      (best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", "bf16"},
-                          {"page_size", 64},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
+                          {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
                           {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
       if (best.rotated_us > 0) {
@@ -461,6 +464,8 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--commit", o->commit, "Commit recorded in the JSON");
   cmd->add_option("--runs", o->runs, "Timed runs per measurement (median)")->check(CLI::Range(50, 100000));
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
+  cmd->add_option("--page-size", o->page_size, "Cache page size for every case (default 0: the case's, else 64)")
+      ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128, 256}));
   cmd->add_option("--sms", o->sms, "CTA budget (default 0: every SM, or every SM co-scheduled in 2-CTA clusters)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");

@@ -41,7 +41,7 @@ struct DecodeConfig {
   int q_len = 1;          // 1..16
   int d_qk = 576;         // supported: 576 (latent 512 + rope 64), 512 (no rope: K is the latent)
   int d_v = 512;          // supported: 512
-  int page_size = 64;     // supported: 64
+  int page_size = 64;     // tokens per cache page: a power of two in 1..256
   bool causal = true;     // bottom-right aligned among the q_len new tokens
   float softmax_scale = 0.f;  // > 0
   // Decode context parallelism (DCP): with dcp_world > 1 this rank holds part of each

@@ -19,7 +19,7 @@ def cfg(**kw):
         ("heads", 129, "heads (129) must be in 1..128"),
         ("q_len", 17, "q_len (17) must be in 1..16"),
         ("d_qk", 448, "d_qk (448) is not supported; supported: 576, 512"),
-        ("page_size", 32, "page_size (32) is not supported; supported: 64"),
+        ("page_size", 48, "page_size (48) is not supported; supported: powers of two 1..256"),
         ("softmax_scale", 0.0, "softmax_scale (0) must be positive and finite"),
     ],
 )

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -433,7 +434,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.tile_rows = h.shape.tile_rows;
   p.cluster_size = h.shape.cluster_size;
   p.page_size = c.page_size;
+  p.page_log2 = __builtin_ctz(unsigned(c.page_size));  // a power of two (validate_config)
   p.max_pages = a.max_pages;
+  p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
   p.q_pe_col = q_pe_col;

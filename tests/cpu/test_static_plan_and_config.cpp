@@ -61,7 +61,12 @@ TEST(DecodeConfig, RejectsUnsupportedValuesNamingThem) {
   expect_error(with([](DecodeConfig& c) { c.q_len = 17; }), "q_len (17) must be in 1..16");
   expect_error(with([](DecodeConfig& c) { c.d_qk = 448; }), "d_qk (448) is not supported; supported: 576, 512");
   expect_error(with([](DecodeConfig& c) { c.d_v = 256; }), "d_v (256)");
-  expect_error(with([](DecodeConfig& c) { c.page_size = 32; }), "page_size (32) is not supported; supported: 64");
+  expect_error(with([](DecodeConfig& c) { c.page_size = 48; }),
+               "page_size (48) is not supported; supported: powers of two 1..256");
+  expect_error(with([](DecodeConfig& c) { c.page_size = 512; }),
+               "page_size (512) is not supported; supported: powers of two 1..256");
+  expect_error(with([](DecodeConfig& c) { c.page_size = 0; }),
+               "page_size (0) is not supported; supported: powers of two 1..256");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = 0.f; }), "softmax_scale (0)");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = std::numeric_limits<float>::quiet_NaN(); }),
                "softmax_scale");

@@ -96,6 +96,7 @@ struct GpuCase {
   uint64_t seed = 1;
   int spare_pages = 3;  // NaN pages shuffled among the used ones (a large count grows the cache)
   int d_qk = 576;       // 576, or 512 (no rope part)
+  int page_size = 64;   // powers of two 1..256
 };
 
 struct GpuResult {
@@ -107,6 +108,7 @@ inline std::string describe(const GpuCase& c) {
   std::ostringstream os;
   os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
      << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
+     << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string())
      << " seqlens";
   for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
   if (c.seqlens.size() > 8) os << " ...";
@@ -121,7 +123,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   shape.heads = c.heads;
   shape.causal = c.causal;
   shape.scale = 1.0 / std::sqrt(192.0);
-  shape.page_size = 64;
+  shape.page_size = c.page_size;
   shape.d_qk = c.d_qk;
   auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed, c.spare_pages);
   const ref::Problem& p = data.problem;
@@ -131,6 +133,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   config.q_len = c.q_len;
   config.causal = c.causal;
   config.d_qk = c.d_qk;
+  config.page_size = c.page_size;
   config.softmax_scale = float(p.scale);
   PlanOptions options;
   options.policy = c.policy;
@@ -143,7 +146,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   dev.lse.poison();
   dev.ws.poison();
   init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
-  KvCache kv(dev.cache.ptr, p.num_pages, 64, c.d_qk);
+  KvCache kv(dev.cache.ptr, p.num_pages, c.page_size, c.d_qk);
   decode(plan, kv, dev.args(p.max_pages));
   GpuResult r;
   r.device_errors = read_device_errors(dev.ws.ptr, nullptr);

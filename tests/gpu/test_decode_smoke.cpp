@@ -40,12 +40,51 @@ TEST(GpuSmoke, HostRejectsBadArgumentsBeforeLaunch) {
   KvCache kv(cache.ptr, 1, 64);
   DecodeArgs args;
   EXPECT_THROW(decode(plan, kv, args), Error);  // null q
-  config.page_size = 32;
+  config.page_size = 48;
   EXPECT_THROW(DevicePlan::create(config, seqlens), Error);
   config.page_size = 64;
   config.heads = 129;
   EXPECT_THROW(DevicePlan::create(config, seqlens), Error);
   EXPECT_THROW(KvCache(cache.ptr, 0, 64), Error);
+  EXPECT_THROW(KvCache(cache.ptr, 1, 96), Error);
+  EXPECT_NO_THROW(KvCache(cache.ptr, 64, 1));
+}
+
+TEST(GpuSmoke, PagedSmallAndLargePages) {
+  KBMLA_REQUIRE_SM90();
+  // One token per page (64 boxes of one row per stage), 16 in a 2-CTA cluster (multicast
+  // of small pages), 256 (four 64-token parts per page); seqlens end inside pages.
+  const std::pair<int, GpuCase> cases[] = {
+      {1, {16, 4, {0, 1, 65, 130}}}, {16, {128, 1, {100, 17, 33}}}, {256, {16, 2, {300, 255, 1}}}};
+  for (auto [page_size, c] : cases) {
+    c.page_size = page_size;
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
+TEST(GpuSmoke, PagedDeviceSideErrorsOnALaterSmallPage) {
+  KBMLA_REQUIRE_SM90();
+  // Page size 16: the third page of request 0 (not its first, the one read before the
+  // stage wait) is out of range. No fault; the error word names it.
+  DecodeConfig config;
+  config.softmax_scale = 0.1f;
+  config.page_size = 16;
+  std::vector<int32_t> seqlens_host = {60};
+  DevicePlan plan = DevicePlan::create(config, seqlens_host);
+  DeviceArray<ref::Bf16> q(16 * 576), cache(4 * 16 * 576), out(16 * 512);
+  q.poison();
+  cache.poison();
+  std::vector<int32_t> bt = {0, 1, -5, 3};
+  DeviceArray<int32_t> block_table(bt), seqlens(seqlens_host);
+  DeviceArray<float> lse(16);
+  DeviceArray<uint8_t> ws(plan.workspace_bytes());
+  init_workspace(ws.ptr, ws.count, nullptr);
+  KvCache kv(cache.ptr, 4, 16);
+  DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 4, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
+  decode(plan, kv, args);
+  const uint32_t bits = read_device_errors(ws.ptr, nullptr);
+  EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(GpuSmoke, DeviceSideErrorsAreReportedNotFaulted) {

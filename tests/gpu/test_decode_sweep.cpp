@@ -1,5 +1,5 @@
 // GPU full sweep: every policy x heads {1, 8, 12, 16, 24, 64, 96, 128} x q_len {1, 2, 4, 9}
-// (and q_len 16 up to 2048 rows, and d_qk 512)
+// (and q_len 16 up to 2048 rows, d_qk 512, page sizes 1..256)
 // on ragged batches with seqlens 0, 1, 63, 64, 65, 4096 (shorter where heads x q_len is
 // large, to keep the float64 oracle fast), plus batch 1 at 131,072, batch 64 ragged mixes,
 // split boundaries inside the last q_len keys, and a non-causal case.
@@ -68,6 +68,29 @@ std::vector<GpuCase> sweep_cases() {
   no_rope({128, 2, {700, 63}, Policy::kWorkList, 0, 0, true, seed++});
   no_rope({24, 4, {1000, 5}, Policy::kStatic, 0, 3, true, seed++});
   no_rope({12, 9, {2000, 130}, Policy::kStaticPersistent, 0, 2, false, seed++});
+  // Page sizes 1..256 (issue 5): pages smaller than a 64-token block (several TMA boxes per
+  // stage, the last page of a request partly past its seqlen, the block table's slots past
+  // it poisoned) and larger (64-token parts of a page), every policy, a 2-CTA cluster
+  // (multicast of small pages), d_qk 512, and seqlens ending inside and at page edges.
+  auto paged = [&](int page_size, GpuCase c) {
+    c.page_size = page_size;
+    cases.push_back(c);
+  };
+  for (int page_size : {1, 2, 4, 8, 16, 32, 128, 256}) {
+    paged(page_size, {16, 1, {0, 1, 63, 64, 65, page_size + 1, 1000}, Policy::kWorkList, 0, 0, true, seed++});
+  }
+  paged(1, {16, 4, {64 * 40 + 3, 7}, Policy::kWorkList, 40, 0, true, seed++});
+  paged(16, {16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
+  paged(32, {128, 2, {700, 63, 1}, Policy::kWorkList, 0, 0, true, seed++});
+  paged(8, {96, 9, {64 * 9 + 5, 2}, Policy::kStatic, 0, 3, true, seed++});
+  paged(128, {33, 4, {700, 0, 130}, Policy::kStaticPersistent, 0, 3, true, seed++});
+  paged(256, {16, 9, {64 * 40 + 3}, Policy::kWorkList, 40, 0, true, seed++});
+  paged(16, {24, 4, {1000, 5, 16, 17}, Policy::kStatic, 0, 3, false, seed++});
+  {
+    GpuCase c{12, 9, {2000, 130}, Policy::kWorkList, 0, 0, true, seed++};
+    c.d_qk = 512;
+    paged(2, c);
+  }
   // Small CTA budgets and a non-causal multi-token case.
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});

@@ -49,8 +49,12 @@ constexpr int kColsPerConsumer = kDv / 2;             // 256: the N of each cons
 // Lazy softmax rescaling: the running max moves only when a block's max exceeds it by
 // more than this (log2 units); P stays <= 2^8, well inside bf16 and the fp32 sums.
 constexpr float kRescaleSlack = 8.f;
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+#ifndef KBMLA_PRODUCER_REGS  // experiments only: -DKBMLA_PRODUCER_REGS=40 -DKBMLA_CONSUMER_REGS=232
+#define KBMLA_PRODUCER_REGS 56
+#define KBMLA_CONSUMER_REGS 224
+#endif
+constexpr int kProducerRegs = KBMLA_PRODUCER_REGS;
+constexpr int kConsumerRegs = KBMLA_CONSUMER_REGS;
 
 constexpr uint32_t kBoxBytes = kRowsPerCta * kBoxCols * 2;   // 8192
 constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;        // 73,728 (Q tile or KV stage)

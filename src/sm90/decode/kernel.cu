@@ -1,4 +1,4 @@
-// The sm_90a bf16 MLA decode kernel (d_qk 576 or 512, d_v 512, page 64): entry point and
+// The sm_90a bf16 MLA decode kernel (d_qk 576 or 512, d_v 512, pages 1..256): entry point and
 // launch. d_qk 512 (no rope part) is its own instantiation, full mode only.
 // Roles live in producer.cuh and consumer.cuh; see config.hpp for the budgets.
 #include "src/sm90/decode/kernel.hpp"
@@ -44,10 +44,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
-    if (threadIdx.x == 0) {
-      PagedKvLoader<QkBoxes> kv{&kv_map, p.block_table, p.max_pages, p.num_pages, p.page_size, __ffs(p.page_size) - 1};
+    if (threadIdx.x < 32) {
+      PagedKvLoader<QkBoxes> kv{&kv_map, p};
       run_kv_loader<Mode, QkBoxes>(p, kv, smem);
-    } else if (threadIdx.x == 32) {
+    } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
       run_q_loader<QkBoxes>(p, &q_maps, smem);
     }
   } else if (wg == 1) {

@@ -29,7 +29,9 @@ struct DecodeParams {
   int tile_rows;       // 64 * cluster_size
   int cluster_size;
   int page_size;
+  int page_log2;       // log2(page_size): the loader's shifts
   int max_pages;
+  int seqlen_capacity; // min(max_pages * page_size, INT_MAX): longer seqlens are an error
   int64_t num_pages;
   float scale_log2;    // softmax scale * log2(e)
   int q_pe_col;        // column of the rope part in the q_pe map: 0 (separate q_pe) or 512

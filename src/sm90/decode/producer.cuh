@@ -1,7 +1,7 @@
 // Producer role: two threads of the producer warpgroup walk the same items as the
 // consumers; one keeps the KV stage ring fed by TMA, the other loads each item's Q tile.
-// PagedKvLoader is the extension point for other dtypes (issue 5): it maps (request, KV
-// block) to TMA boxes and flags blocks it cannot load.
+// PagedKvLoader maps (request, KV block) to TMA boxes for every page size and flags
+// blocks it cannot load; it is the extension point for other cache dtypes (issue 5).
 #pragma once
 
 #include "src/sm90/decode/kernel.hpp"
@@ -10,105 +10,104 @@
 
 namespace kbmla::sm90 {
 
-// Paged bf16 loader for page sizes 2^k in 1..256. A KV block is 64 tokens:
-//  - pages of 64 or more tokens: the cache is viewed as pages of 64 ("virtual pages",
-//    page * (page_size / 64) + block % (page_size / 64)), one box per 64 columns;
-//  - smaller pages: a block spans 64 / page_size pages, each a box of page_size rows
-//    written at row page_size * k of the stage. The 128-byte swizzle is a function of the
-//    shared-memory address, so row r of every box lands where the wgmma descriptors
-//    expect it. Pages past the request's last token are not loaded (their block-table
-//    entries need not be valid); the barrier expects only the bytes that come.
+// Paged bf16 loader for page sizes 2^k in 1..256, run by all 32 lanes of producer warp 0.
+// A KV block is 64 tokens:
+//  - pages of 64 or more tokens: the cache is viewed as 64-token parts ("virtual pages",
+//    entry * (page_size / 64) + block % (page_size / 64)); lane 0 issues one box per 64
+//    columns;
+//  - smaller pages: a block spans 64 / page_size pages; lane k loads page k (and k + 32
+//    for pages of one token) as boxes of page_size rows at row page_size * k of the
+//    stage. The 128-byte swizzle is a function of the shared-memory address, so row r of
+//    each box lands where the wgmma descriptors expect it. Pages past the request's last
+//    token are not loaded (their block-table entries need not be valid); the barrier
+//    expects only the bytes that come, and the consumers mask (S) and zero (V) the stage
+//    rows past the last token whatever they hold.
+// Register budget: the producer has 40 registers. Spreading the pages over the lanes
+// keeps one block-table entry per lane live across the stage wait and no loop state (a
+// one-thread loop over the pages spilled 20-76 bytes).
 // QkBoxes 64-column boxes per row (9 for d_qk 576, 8 for 512; the stage has room for 9).
+// The loader reads the block table, page count and page size from the kernel parameters
+// (constant-bank operands) instead of holding copies in registers.
 template <int QkBoxes>
 struct PagedKvLoader {
   const CUtensorMap* map;
-  const int32_t* block_table;
-  int max_pages;
-  int64_t num_pages;
-  int page_size;
-  int page_log2;  // log2(page_size)
+  const DecodeParams& p;
 
-  static constexpr int kPrefetch = 2;  // block-table entries read before the stage wait
+  __device__ __forceinline__ bool small_pages() const { return p.page_log2 < 6; }
 
-  struct Block {
-    int32_t page[kPrefetch];  // pages (virtual pages for page_size >= 64) of the first sub-pages
-    int sub_pages;            // boxes of rows this block needs (1 for page_size >= 64)
-    uint32_t errors;
-  };
+  // Block-table entries of the block's pages (pages of the block that lie past the
+  // request's last token included: only pages_of() of them are used).
+  __device__ __forceinline__ const int32_t* entries(int batch, int block) const {
+    const int index = small_pages() ? block << (6 - p.page_log2) : block >> (p.page_log2 - 6);
+    return p.block_table + int64_t{batch} * p.max_pages + index;
+  }
 
+  // Pages (small pages) the block needs: those holding its tokens below seqlen.
+  __device__ __forceinline__ int pages_of(int block, int seqlen) const {
+    const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
+    return (tokens + (1 << p.page_log2) - 1) >> p.page_log2;
+  }
+
+  // This lane's entry, read before the stage wait so that its latency (an L2 round trip)
+  // overlaps the consumers' use of the stage instead of delaying the refill.
+  __device__ __forceinline__ int32_t lane_entry(int batch, int block, int seqlen, int lane) const {
+    if (!small_pages()) return lane == 0 ? *entries(batch, block) : 0;
+    return lane < pages_of(block, seqlen) ? entries(batch, block)[lane] : 0;
+  }
+
+  // An invalid page becomes page 0 so that the TMA stays in bounds; the consumers see the
+  // stage flag and write zeros for the item.
   __device__ __forceinline__ uint32_t checked(int32_t& page) const {
-    if (page >= 0 && page < num_pages) return 0;
-    page = 0;  // keeps the TMA in bounds; the consumers see the stage flag and write zeros
+    if (page >= 0 && page < p.num_pages) return 0;
+    page = 0;
     return kErrPageIndexOutOfRange;
   }
 
-  // The block's first pages, read before the stage wait so that the block-table latency
-  // overlaps the consumers' use of the stage.
-  __device__ __forceinline__ Block begin(int batch, int block, int seqlen) const {
-    Block k{};
-    const int32_t* row = block_table + int64_t{batch} * max_pages;
-    if (page_log2 >= 6) {
-      const int shift = page_log2 - 6;
-      int32_t page = row[block >> shift];
-      k.errors = checked(page);
-      k.page[0] = (page << shift) + (block & ((1 << shift) - 1));
-      k.sub_pages = 1;
-      return k;
-    }
-    const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
-    k.sub_pages = (tokens + page_size - 1) >> page_log2;
-    const int first = block << (6 - page_log2);
-#pragma unroll
-    for (int i = 0; i < kPrefetch; ++i) {
-      if (i < k.sub_pages) {
-        k.page[i] = row[first + i];
-        k.errors |= checked(k.page[i]);
-      }
-    }
-    return k;
+  // Bytes the stage receives for this block (what each CTA of a cluster expects).
+  __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen) const {
+    if (!small_pages()) return QkBoxes * kBoxBytes;
+    return uint32_t(QkBoxes * 128) * uint32_t(pages_of(block, seqlen) << p.page_log2);
   }
 
-  __device__ __forceinline__ void issue_rows(int sub, int32_t page, uint64_t* bar, uint8_t* stage,
-                                             int cluster_size, int rank) const {
-    uint8_t* dst = stage + sub * page_size * 128;  // rows of 64 bf16 = 128 bytes per box
+  // The boxes of one row group (a 64-token part, or one small page) at `dst`. In a 2-CTA
+  // cluster each producer issues every other box, multicast to both, so each KV byte
+  // leaves L2 once per q tile.
+  __device__ __forceinline__ void issue_rows(int32_t page, uint64_t* bar, uint8_t* dst, int cluster_size,
+                                             int rank) const {
     if (cluster_size == 1) {
 #pragma unroll
       for (int j = 0; j < QkBoxes; ++j) tma_load_kv_box(map, bar, dst + j * kBoxBytes, j * kBoxCols, 0, page);
     } else {
-      // Each producer of the 2-CTA cluster issues every other box, multicast to both, so
-      // each KV byte leaves L2 once per q tile.
       for (int j = rank; j < QkBoxes; j += 2) {
         tma_load_kv_box_multicast(map, bar, dst + j * kBoxBytes, j * kBoxCols, 0, page, uint16_t{0x3});
       }
     }
   }
 
-  // Pages of fewer than 16 tokens: the entries past the prefetched ones, checked before
-  // the stage flag is stored (issue() reads them again, from L1).
-  __device__ __forceinline__ uint32_t check_rest(const Block& k, int batch, int block) const {
+  // This lane's loads of the block (lane 0 has expected stage_bytes; the warp arrives
+  // afterwards); returns the error bits of the whole block, the same in every lane.
+  __device__ __forceinline__ uint32_t load(int32_t entry, int batch, int block, int seqlen, int lane,
+                                           uint64_t* bar, uint8_t* stage, int cluster_size, int rank) const {
     uint32_t errors = 0;
-    const int32_t* row = block_table + int64_t{batch} * max_pages + (block << (6 - page_log2));
-    for (int i = kPrefetch; i < k.sub_pages; ++i) {
-      int32_t page = row[i];
-      errors |= checked(page);
-    }
-    return errors;
-  }
-
-  // Every CTA of the cluster expects the whole stage (the rows that come).
-  __device__ __forceinline__ void issue(const Block& k, int batch, int block, uint64_t* bar, uint8_t* stage,
-                                        int cluster_size, int rank) const {
-    const int rows = page_log2 >= 6 ? kBlockTokens : k.sub_pages * page_size;
-    Mbarrier::arrive_and_expect_tx(bar, QkBoxes * rows * 128);
-    for (int i = 0; i < k.sub_pages && i < kPrefetch; ++i) issue_rows(i, k.page[i], bar, stage, cluster_size, rank);
-    if (k.sub_pages > kPrefetch) {
-      const int32_t* row = block_table + int64_t{batch} * max_pages + (block << (6 - page_log2));
-      for (int i = kPrefetch; i < k.sub_pages; ++i) {
-        int32_t page = row[i];
-        checked(page);
-        issue_rows(i, page, bar, stage, cluster_size, rank);
+    if (!small_pages()) {
+      if (lane == 0) {
+        errors = checked(entry);
+        const int shift = p.page_log2 - 6;
+        issue_rows((entry << shift) + (block & ((1 << shift) - 1)), bar, stage, cluster_size, rank);
+      }
+    } else {
+      const int pages = pages_of(block, seqlen);
+      if (lane < pages) {
+        errors = checked(entry);
+        issue_rows(entry, bar, stage + (lane << p.page_log2) * 128, cluster_size, rank);  // 128-byte rows
+      }
+      if (lane + 32 < pages) {  // pages of one token: 64 per block
+        int32_t page = entries(batch, block)[lane + 32];
+        errors |= checked(page);
+        issue_rows(page, bar, stage + (lane + 32) * 128, cluster_size, rank);
       }
     }
+    return __reduce_or_sync(0xffffffffu, errors);
   }
 };
 
@@ -140,8 +139,8 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
   }
 }
 
-// KV loader (one thread of warp 0): streams every item's KV blocks through the stage ring
-// and reports data errors (seqlens, page indices) to the error word.
+// KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
+// data errors (seqlens, page indices) to the error word.
 template <KernelMode Mode, int QkBoxes>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes>& kv,
                                               uint8_t* smem) {
@@ -149,34 +148,41 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
   volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
+  const int lane = threadIdx.x % 32;
   uint32_t errors = 0;
   int block_count = 0;
   const int rank = cta_rank_in_cluster();
-  TileWalker walker(p);
-  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+  for_each_work_tile(p, [&](const WorkTileInfo& w) {
     const Item it = resolve_item(p, w);
     errors |= it.errors;
-    if (!it.run) continue;
+    if (!it.run) return;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
-      // The block-table read goes before the wait: its latency (an L2 round trip) then
-      // overlaps the consumers' use of the stage instead of delaying the refill.
-      const auto block = kv.begin(it.batch, blk, it.seqlen);
-      uint32_t err = block.errors;
-      if (block.sub_pages > kv.kPrefetch) err |= kv.check_rest(block, it.batch, blk);
-      errors |= err;
+      const int32_t entry = kv.lane_entry(it.batch, blk, it.seqlen, lane);
       Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
-      // The flag is stored before the arrive that completes with the TMA bytes (release),
-      // so a consumer that passed the full barrier (acquire) sees it.
-      stage_flags[stage] = err != 0;
+      uint64_t* bar = full + stage;
+      uint32_t err;
       if constexpr (Mode == KernelMode::kMathOnly) {
-        Mbarrier::arrive(full + stage);
+        int32_t page = entry;
+        err = __reduce_or_sync(0xffffffffu, kv.checked(page));
       } else {
-        kv.issue(block, it.batch, blk, full + stage, smem + SmemLayout::kv + stage * kTileBytes, p.cluster_size, rank);
+        // Expect the bytes, issue, then store the flag and arrive: the arrive (release)
+        // is what completes the phase once the bytes are in, so a consumer that passed
+        // the full barrier (acquire) sees the flag; bytes that land earlier cannot
+        // complete the phase, which still lacks this arrival.
+        if (lane == 0) Mbarrier::expect_transaction(bar, kv.stage_bytes(blk, it.seqlen));
+        __syncwarp();
+        err = kv.load(entry, it.batch, blk, it.seqlen, lane, bar, smem + SmemLayout::kv + stage * kTileBytes,
+                      p.cluster_size, rank);
       }
+      if (lane == 0) {
+        stage_flags[stage] = err != 0;
+        Mbarrier::arrive(bar);
+      }
+      errors |= err;
     }
-  }
-  if (errors) atomicOr(p.error_word, errors);
+  });
+  if (errors && lane == 0) atomicOr(p.error_word, errors);
 }
 
 }  // namespace kbmla::sm90

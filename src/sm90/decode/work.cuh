@@ -46,6 +46,20 @@ class TileWalker {
   WorkListTileScheduler list_;
 };
 
+// Calls visit(tile) for every work tile of this CTA, the walk of TileWalker, but with one
+// loop per policy: only the active scheduler's state is live, which the producer's 40
+// registers need (holding both schedulers' state spilled there).
+template <class Visit>
+__device__ __forceinline__ void for_each_work_tile(const DecodeParams& p, Visit&& visit) {
+  if (p.policy == KernelPolicy::kWorkList) {
+    WorkListTileScheduler s(p.sched, p.work_list, int(blockIdx.x), p.grid_ctas);
+    for (WorkTileInfo w = s.current_work(); w.valid; s.advance(), w = s.current_work()) visit(w);
+  } else {
+    StaticTileScheduler s(p.sched, int(blockIdx.x), int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.grid_ctas);
+    for (WorkTileInfo w = s.current_work(); w.valid; s.advance(), w = s.current_work()) visit(w);
+  }
+}
+
 // Keys visible to row r (within the request): [0, visible_keys).
 __device__ __forceinline__ int visible_keys(const DecodeParams& p, int batch, int seqlen, int row) {
   if (row >= p.rows) return 0;
@@ -59,13 +73,12 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   it.split = w.split;
   it.slot = -1;
   int L = p.seqlens[w.batch];
-  const int64_t capacity = int64_t{p.max_pages} * p.page_size;
   if (L < 0) {
     it.errors |= kErrSeqlenNegative;
     L = 0;
-  } else if (L > capacity) {
+  } else if (L > p.seqlen_capacity) {
     it.errors |= kErrSeqlenBeyondBlockTable;
-    L = static_cast<int>(capacity);
+    L = p.seqlen_capacity;
   }
   it.seqlen = L;
   // Both CTAs of a cluster share the KV stream (multicast), so whether an item runs and
