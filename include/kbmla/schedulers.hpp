@@ -33,11 +33,14 @@ struct StaticTileSchedulerParams {
   FastDivmod b_fdd{1};
   FastDivmod s_fdd{1};
   FastDivmod split_fdd{1};
+  // cluster x S x B x splits, the persistent walk's end, made once here: a kernel parameter
+  // costs the device no register to keep (the producer's 40 spilled the product).
+  int num_tiles = 1;
 
   StaticTileSchedulerParams() = default;
   KBMLA_HD StaticTileSchedulerParams(bool persistent, int b, int s, int cluster, int splits)
       : is_persistent(persistent), problem_b(b), problem_s(s), cluster_m(cluster), split_kv(splits),
-        b_fdd(b), s_fdd(s), split_fdd(splits) {}
+        b_fdd(b), s_fdd(s), split_fdd(splits), num_tiles(cluster * s * b * splits) {}
 };
 
 // Seed: MLAStaticTileScheduler.
@@ -51,9 +54,7 @@ class StaticTileScheduler {
   KBMLA_HD StaticTileScheduler(const StaticTileSchedulerParams& params, int current_work_linear_idx,
                                int block_x, int block_y, int block_z, int grid_size, bool is_valid = true)
       : params_(params), linear_idx_(current_work_linear_idx), block_{block_x, block_y, block_z},
-        num_persistent_ctas_(grid_size), valid_(is_valid) {
-    num_blocks_ = params.cluster_m * params.problem_s * params.problem_b * params.split_kv;
-  }
+        num_persistent_ctas_(grid_size), num_blocks_(params.num_tiles), valid_(is_valid) {}
 
   KBMLA_HD static GridShape grid_shape(const StaticTileSchedulerParams& params, int max_active_clusters) {
     GridShape full{params.cluster_m, params.problem_b * params.problem_s, params.split_kv};

@@ -438,6 +438,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.max_pages = a.max_pages;
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
+  p.gather_rows = c.page_size < sm90::kGatherBelowPage;
+  p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
   p.q_pe_col = q_pe_col;
   p.vis = vis;

@@ -24,9 +24,11 @@
 //
 // Registers: a consumer thread holds O 64 x 256 fp32 over 128 threads = 128 registers;
 // consumer 0 also S 64 x 64 fp32 = 32 and the row statistics. setmaxnreg gives consumers
-// 232 (224 spilled 16 bytes once the softmax kept its mask and rescale branches) and the
-// producer 40 (ptxas reports no spill there in this build; an early version spilled at 40):
-// 128 x 40 + 256 x 232 = 64,512.
+// 232 and the producer 40: 128 x 40 + 256 x 232 = 64,512. 56/224 also compiles without
+// spills but measured 2-5 % slower on the compute-bound cases (H128, H96, q_len 9;
+// bench/NOTES.md, page sizes), so the producer stays at 40: its loop keeps no more than
+// one block-table entry and the walk state live, and reads every constant from the
+// kernel parameters.
 #pragma once
 
 #include <cstdint>
@@ -49,12 +51,22 @@ constexpr int kColsPerConsumer = kDv / 2;             // 256: the N of each cons
 // Lazy softmax rescaling: the running max moves only when a block's max exceeds it by
 // more than this (log2 units); P stays <= 2^8, well inside bf16 and the fp32 sums.
 constexpr float kRescaleSlack = 8.f;
-#ifndef KBMLA_PRODUCER_REGS  // experiments only: -DKBMLA_PRODUCER_REGS=40 -DKBMLA_CONSUMER_REGS=232
-#define KBMLA_PRODUCER_REGS 56
-#define KBMLA_CONSUMER_REGS 224
+#ifndef KBMLA_PRODUCER_REGS  // experiments only: -DKBMLA_PRODUCER_REGS=56 -DKBMLA_CONSUMER_REGS=224
+#define KBMLA_PRODUCER_REGS 40
+#define KBMLA_CONSUMER_REGS 232
 #endif
+#ifndef KBMLA_GATHER_BELOW_PAGE  // experiments only
+#define KBMLA_GATHER_BELOW_PAGE 8
+#endif
+// Pages of fewer tokens than this are gathered row by row with cp.async; larger ones come
+// as TMA boxes (producer.cuh; bench/NOTES.md has the measurements behind the threshold).
+constexpr int kGatherBelowPage = KBMLA_GATHER_BELOW_PAGE;
 constexpr int kProducerRegs = KBMLA_PRODUCER_REGS;
 constexpr int kConsumerRegs = KBMLA_CONSUMER_REGS;
+// The row-gather kernels (small pages) hold more in the producer loop (ptxas spilled
+// 68 bytes at 40): they take 56/224, no spill.
+constexpr int kGatherProducerRegs = 56;
+constexpr int kGatherConsumerRegs = 224;
 
 constexpr uint32_t kBoxBytes = kRowsPerCta * kBoxCols * 2;   // 8192
 constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;        // 73,728 (Q tile or KV stage)
@@ -80,6 +92,8 @@ static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit p
 // over the pool makes setmaxnreg.inc wait forever (measured: 48/232 hung).
 constexpr int kLaunchRegs = 168;
 static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
+static_assert(kGatherProducerRegs * 128 + kGatherConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
+              "register budget (row gather)");
 
 // Named barriers (0 is __syncthreads): consumers only, 256 threads.
 constexpr uint32_t kBarP = 1;        // P and row_scale of the block are written

@@ -9,7 +9,7 @@
 
 namespace kbmla::sm90 {
 
-template <KernelMode Mode, int QkBoxes>
+template <KernelMode Mode, int QkBoxes, bool kGatherRows>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
@@ -42,30 +42,34 @@ __global__ void __launch_bounds__(kThreads, 1)
   // completion before reading anything, so this only hides its launch latency.
   asm volatile("griddepcontrol.launch_dependents;");
   const int wg = threadIdx.x / 128;
+  // The row gather keeps more state in the producer loop than 40 registers hold.
+  constexpr int producer_regs = kGatherRows ? kGatherProducerRegs : kProducerRegs;
+  constexpr int consumer_regs = kGatherRows ? kGatherConsumerRegs : kConsumerRegs;
   if (wg == 0) {
-    set_max_registers_dec<kProducerRegs>();
+    set_max_registers_dec<producer_regs>();
     if (threadIdx.x < 32) {
       PagedKvLoader<QkBoxes> kv{&kv_map, p};
-      run_kv_loader<Mode, QkBoxes>(p, kv, smem);
+      run_kv_loader<Mode, QkBoxes, kGatherRows>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
       run_q_loader<QkBoxes>(p, &q_maps, smem);
     }
   } else if (wg == 1) {
-    set_max_registers_inc<kConsumerRegs>();
+    set_max_registers_inc<consumer_regs>();
     run_consumer<Mode, QkBoxes, true>(p, smem);
   } else {
-    set_max_registers_inc<kConsumerRegs>();
+    set_max_registers_inc<consumer_regs>();
     run_consumer<Mode, QkBoxes, false>(p, smem);
   }
   if (p.cluster_size > 1) cluster_barrier();
 }
 
 namespace {
-template <KernelMode Mode, int QkBoxes>
+template <KernelMode Mode, int QkBoxes, bool kGatherRows = false>
 void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
-  static const cudaError_t attr_err = cudaFuncSetAttribute(
-      mla_decode_bf16_kernel<Mode, QkBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  static const cudaError_t attr_err = cudaFuncSetAttribute(mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>,
+                                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                           int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   cudaLaunchConfig_t config{};
@@ -82,7 +86,8 @@ void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodePar
   config.numAttrs = 1;
   require(grid.x % unsigned(p.cluster_size) == 0, "decode: grid.x (", grid.x, ") is not a multiple of the cluster size (",
           p.cluster_size, ")");
-  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode, QkBoxes>, q_maps, kv_map, p);
+  const cudaError_t launch_err =
+      cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>, q_maps, kv_map, p);
   require(launch_err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
@@ -91,7 +96,7 @@ void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodePar
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
-  auto kernel = mla_decode_bf16_kernel<KernelMode::kFull, kQkBoxes>;
+  auto kernel = mla_decode_bf16_kernel<KernelMode::kFull, kQkBoxes, false>;
   const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
@@ -116,6 +121,13 @@ int max_active_clusters(int cluster_size) {
 
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode) {
+  if (p.gather_rows) {  // small pages: the row-gather instantiations, full mode only
+    require(mode == KernelMode::kFull, "decode: page_size ", p.page_size, " (row gather) has the full kernel only");
+    if (p.d_qk == kDqkNoRope) {
+      return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols, true>(q_maps, kv_map, p, grid, stream);
+    }
+    return launch_mode<KernelMode::kFull, kQkBoxes, true>(q_maps, kv_map, p, grid, stream);
+  }
   if (p.d_qk == kDqkNoRope) {
     require(mode == KernelMode::kFull, "decode: d_qk ", kDqkNoRope, " has the full kernel only (no spike modes)");
     return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);

@@ -30,6 +30,8 @@ struct DecodeParams {
   int cluster_size;
   int page_size;
   int page_log2;       // log2(page_size): the loader's shifts
+  bool gather_rows;    // page_size < kGatherBelowPage: cp.async row gather instead of TMA
+  const uint8_t* kv_cache;  // the cache itself, for the row gather
   int max_pages;
   int seqlen_capacity; // min(max_pages * page_size, INT_MAX): longer seqlens are an error
   int64_t num_pages;

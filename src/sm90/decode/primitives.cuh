@@ -31,6 +31,12 @@ __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
 }
 
 // Generic-proxy shared-memory writes (P, zeroed V rows) before wgmma reads them.
+// 16 bytes global -> shared without the register file (L2 only: the cache is streamed).
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_dst), "l"(gmem_src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 __device__ __forceinline__ void fence_view_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
