@@ -16,10 +16,10 @@ HEADS, Q_LEN, PAGE = 16, 2, 64
 SCALE = 576 ** -0.5
 
 
-def make_problem(seqlens, seed=0):
+def make_problem(seqlens, seed=0, page=PAGE):
     g = torch.Generator(device="cuda").manual_seed(seed)
     batch = len(seqlens)
-    pages = [(L + PAGE - 1) // PAGE for L in seqlens]
+    pages = [(L + page - 1) // page for L in seqlens]
     max_pages = max(max(pages), 1)
     num_pages = sum(pages) + 3
     perm = torch.randperm(num_pages, device="cuda", generator=g).to(torch.int32)
@@ -28,7 +28,7 @@ def make_problem(seqlens, seed=0):
     for b, n in enumerate(pages):
         table[b, :n] = perm[at:at + n]
         at += n
-    cache = (torch.rand(num_pages, PAGE, 576, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
+    cache = (torch.rand(num_pages, page, 576, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
     q = (torch.rand(batch, Q_LEN, HEADS, 576, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)
     return q, cache, table, torch.tensor(seqlens, dtype=torch.int32, device="cuda")
 
@@ -39,7 +39,7 @@ def reference(q, cache, table, seqlens):
     for b, L in enumerate(seqlens.tolist()):
         if L == 0:
             continue
-        n = (L + PAGE - 1) // PAGE
+        n = (L + cache.shape[1] - 1) // cache.shape[1]
         kv = cache[table[b, :n].long()].reshape(-1, 576)[:L].double()
         for i in range(Q_LEN):
             visible = L - Q_LEN + i + 1
@@ -75,6 +75,18 @@ def test_eager_decode_matches_reference():
     q, cache, table, seqlens = make_problem(SEQLENS)
     plan = kbmla.Plan.create(CFG, SEQLENS)
     kv = kbmla.KvCache(cache)
+    out, lse, ws = buffers(q, plan)
+    kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream)
+    assert kbmla.read_device_errors(ws)[0] == 0
+    check(out, lse, *reference(q, cache, table, seqlens))
+
+
+@pytest.mark.parametrize("page", [1, 16, 256])
+def test_other_page_sizes_match_reference(page):
+    q, cache, table, seqlens = make_problem(SEQLENS, seed=page, page=page)
+    cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, page_size=page)
+    plan = kbmla.Plan.create(cfg, SEQLENS)
+    kv = kbmla.KvCache(cache)  # the page size comes from the cache's shape
     out, lse, ws = buffers(q, plan)
     kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream)
     assert kbmla.read_device_errors(ws)[0] == 0
