@@ -36,12 +36,21 @@ enum class DcpLayout {
   kInterleaved,  // local key j is global key j * world + rank
 };
 
+// Element type of the latent KV cache.
+enum class KvDtype {
+  kBFloat16 = 0,  // 2 bytes per value: d_qk x 2 bytes per token
+  kFp8E4m3 = 1,   // e4m3 with one fp32 scale for the whole cache (DecodeArgs::kv_scale):
+                  // d_qk bytes per token; Q is quantised to e4m3 per row and both products
+                  // run on fp8 tensor cores (P in e4m3 too)
+};
+
 struct DecodeConfig {
   int heads = 16;         // 1..128
   int q_len = 1;          // 1..16
   int d_qk = 576;         // supported: 576 (latent 512 + rope 64), 512 (no rope: K is the latent)
   int d_v = 512;          // supported: 512
   int page_size = 64;     // tokens per cache page: a power of two in 1..256
+  KvDtype kv_dtype = KvDtype::kBFloat16;
   bool causal = true;     // bottom-right aligned among the q_len new tokens
   float softmax_scale = 0.f;  // > 0
   // Decode context parallelism (DCP): with dcp_world > 1 this rank holds part of each
@@ -111,14 +120,16 @@ class DevicePlan {
   std::unique_ptr<Impl> impl_;
 };
 
-// A bf16 paged latent cache [num_pages, page_size, d_qk]; builds its TMA descriptor once.
+// A paged latent cache [num_pages, page_size, d_qk] of bf16 or e4m3; builds its TMA
+// descriptor once.
 class KvCache {
  public:
-  KvCache(const void* data, int64_t num_pages, int page_size, int d_qk = 576);
+  KvCache(const void* data, int64_t num_pages, int page_size, int d_qk = 576, KvDtype dtype = KvDtype::kBFloat16);
   const void* data() const { return data_; }
   int64_t num_pages() const { return num_pages_; }
   int page_size() const { return page_size_; }
   int d_qk() const { return d_qk_; }
+  KvDtype dtype() const { return dtype_; }
   const void* tensor_map() const { return tensor_map_; }
 
  private:
@@ -126,6 +137,7 @@ class KvCache {
   int64_t num_pages_;
   int page_size_;
   int d_qk_;
+  KvDtype dtype_;
   alignas(64) unsigned char tensor_map_[128];
 };
 
@@ -150,6 +162,7 @@ struct DecodeArgs {
   const void* q_pe = nullptr;
   RowStrides q_strides;                 // of q (dense: rows of d_qk, or 512 with q_pe)
   RowStrides q_pe_strides;              // of q_pe (dense: rows of 64)
+  const float* kv_scale = nullptr;      // fp8 cache only: fp32 [1], device; value = e4m3 x scale
   const int32_t* block_table = nullptr; // int32 [batch, max_pages], device
   int max_pages = 0;
   const int32_t* seqlens = nullptr;     // int32 [batch], device; the values the plan was made from

@@ -161,8 +161,18 @@ NB_MODULE(_kbmla, m) {
           "__init__",
           [](DecodeConfig* c, int heads, int q_len, float softmax_scale, int d_qk, int d_v, int page_size,
              bool causal, int dcp_world, int dcp_rank, const std::string& dcp_layout) {
-            new (c) DecodeConfig{heads,         q_len,    d_qk,    d_v, page_size, causal,
-                                 softmax_scale, dcp_world, dcp_rank, parse_dcp_layout(dcp_layout)};
+            DecodeConfig config;
+            config.heads = heads;
+            config.q_len = q_len;
+            config.d_qk = d_qk;
+            config.d_v = d_v;
+            config.page_size = page_size;
+            config.causal = causal;
+            config.softmax_scale = softmax_scale;
+            config.dcp_world = dcp_world;
+            config.dcp_rank = dcp_rank;
+            config.dcp_layout = parse_dcp_layout(dcp_layout);
+            new (c) DecodeConfig(config);
           },
           nb::arg("heads"), nb::arg("q_len"), nb::arg("softmax_scale"), nb::arg("d_qk") = 576, nb::arg("d_v") = 512,
           nb::arg("page_size") = 64, nb::arg("causal") = true, nb::arg("dcp_world") = 1, nb::arg("dcp_rank") = 0,

@@ -31,6 +31,7 @@ void check_cuda(cudaError_t err, const char* what) {
 
 using detail::aligned;
 using detail::encode_bf16_map;
+using detail::encode_map;
 
 }  // namespace
 
@@ -50,6 +51,8 @@ void validate_config(const DecodeConfig& c) {
   require(c.d_v == 512, "decode: d_v (", c.d_v, ") is not supported; supported: 512");
   require(c.page_size >= 1 && c.page_size <= 256 && (c.page_size & (c.page_size - 1)) == 0, "decode: page_size (",
           c.page_size, ") is not supported; supported: powers of two 1..256");
+  require(c.kv_dtype == KvDtype::kBFloat16 || c.kv_dtype == KvDtype::kFp8E4m3, "decode: kv_dtype (",
+          int(c.kv_dtype), ") is not one of kBFloat16, kFp8E4m3");
   require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
           ") must be positive and finite");
   require(c.dcp_world >= 1 && c.dcp_world <= 1024, "decode: dcp_world (", c.dcp_world, ") must be in 1..1024");
@@ -75,7 +78,7 @@ struct DevicePlan::Impl {
   PlanCapacity capacity{};
   DevicePlanHeader* header = nullptr;
   DevicePlanBuffers buffers{};
-  mutable detail::QMapCache q_maps;  // the last Q maps (see q_maps_for)
+  mutable detail::QMapCache q_maps;  // the last Q maps (see q_maps_for, fp8_q_maps_for)
   ~Impl() {
     if (device != nullptr) cudaFree(device);
   }
@@ -85,7 +88,26 @@ DevicePlan::DevicePlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DevicePlan::DevicePlan(DevicePlan&&) noexcept = default;
 DevicePlan& DevicePlan::operator=(DevicePlan&&) noexcept = default;
 DevicePlan::~DevicePlan() = default;
-size_t DevicePlan::workspace_bytes() const { return impl_->host.workspace_bytes(impl_->config.d_v); }
+namespace {
+// fp8 caches: Q quantised to e4m3 [batch x rows][d_qk] and its row scales, after the
+// decode's partial outputs.
+struct Fp8QArea {
+  size_t q8_offset, scale_offset, end;
+};
+Fp8QArea fp8_q_area(const HostPlan& h, const DecodeConfig& c) {
+  const size_t rows = size_t(h.shape.batch) * c.heads * c.q_len;
+  Fp8QArea a{};
+  a.q8_offset = h.workspace_bytes(c.d_v);
+  a.scale_offset = a.q8_offset + align_up(rows * size_t(c.d_qk), kWorkspaceAlign);
+  a.end = a.scale_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
+  return a;
+}
+}  // namespace
+
+size_t DevicePlan::workspace_bytes() const {
+  if (impl_->config.kv_dtype == KvDtype::kFp8E4m3) return fp8_q_area(impl_->host, impl_->config).end;
+  return impl_->host.workspace_bytes(impl_->config.d_v);
+}
 const HostPlan& DevicePlan::host_plan() const { return impl_->host; }
 const DecodeConfig& DevicePlan::config() const { return impl_->config; }
 const PlanOptions& DevicePlan::options() const { return impl_->options; }
@@ -320,8 +342,8 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   return DevicePlan(std::move(impl));
 }
 
-KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk)
-    : data_(data), num_pages_(num_pages), page_size_(page_size), d_qk_(d_qk) {
+KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, KvDtype dtype)
+    : data_(data), num_pages_(num_pages), page_size_(page_size), d_qk_(d_qk), dtype_(dtype) {
   require(data != nullptr, "KvCache: data is null");
   require(aligned(data, 16), "KvCache: data must be 16-byte aligned for TMA");
   require(num_pages >= 1 && num_pages <= (int64_t{1} << 31) - 1, "KvCache: num_pages (", num_pages,
@@ -331,15 +353,19 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk)
   require(num_pages <= (int64_t{1} << 31) / std::max(1, page_size / 64), "KvCache: num_pages (", num_pages,
           ") x page_size / 64 must be < 2^31 (pages are addressed in 64-token parts)");
   require(d_qk == 576 || d_qk == 512, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576, 512");
+  require(dtype == KvDtype::kBFloat16 || dtype == KvDtype::kFp8E4m3, "KvCache: dtype (", int(dtype),
+          ") is not one of kBFloat16, kFp8E4m3");
   static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_), "tensor map storage");
   // Pages of 64 tokens or more are addressed as 64-token parts (the loader's "virtual
   // pages"); smaller pages are one box of page_size rows each.
   const int rows = std::min(page_size, sm90::kBlockTokens);
   const int64_t parts = num_pages * (page_size / rows);
   const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(rows), cuuint64_t(parts)};
-  const cuuint64_t strides[2] = {cuuint64_t(d_qk) * 2, cuuint64_t(d_qk) * 2 * rows};
+  const bool fp8 = dtype == KvDtype::kFp8E4m3;
+  const cuuint64_t row_bytes = cuuint64_t(d_qk) * (fp8 ? 1 : 2);
+  const cuuint64_t strides[2] = {row_bytes, row_bytes * rows};
   const cuuint32_t box[3] = {sm90::kBoxCols, cuuint32_t(rows), 1};
-  encode_bf16_map(reinterpret_cast<CUtensorMap*>(tensor_map_), data, 3, dims, strides, box, "the KV cache");
+  encode_map(reinterpret_cast<CUtensorMap*>(tensor_map_), fp8, data, 3, dims, strides, box, "the KV cache");
 }
 
 void init_workspace(void* workspace, size_t bytes, void* stream) {
@@ -412,18 +438,37 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   require(cache.page_size() == c.page_size && cache.d_qk() == c.d_qk, "decode: cache (page_size ", cache.page_size(),
           ", d_qk ", cache.d_qk(), ") does not match the plan's config (page_size ", c.page_size, ", d_qk ", c.d_qk,
           ")");
+  const bool fp8 = c.kv_dtype == KvDtype::kFp8E4m3;
+  require(cache.dtype() == c.kv_dtype, "decode: the cache's dtype (", fp8 ? "bf16" : "fp8 e4m3",
+          ") does not match the plan's config kv_dtype (", fp8 ? "fp8 e4m3" : "bf16", ")");
+  require(!fp8 || (a.kv_scale != nullptr && aligned(a.kv_scale, 4)),
+          "decode: an fp8 cache needs kv_scale, a 4-byte aligned device pointer to its fp32 scale");
+  require(fp8 || a.kv_scale == nullptr, "decode: kv_scale is set but the cache is bf16");
+  require(!fp8 || mode == sm90::KernelMode::kFull, "decode: the fp8 kernel has the full mode only");
   const int64_t q_rows = int64_t{B} * c.q_len * c.heads;
   require(q_rows < (int64_t{1} << 31), "decode: batch x q_len x heads (", q_rows, ") must be < 2^31");
   require(int64_t{B} * a.max_pages < (int64_t{1} << 40), "decode: block table too large");
 
+  uint8_t* ws_base = static_cast<uint8_t*>(a.workspace);
+  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   sm90::QMaps q_maps;
   int q_pe_col = 0;
-  detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col);
+  float* q_scale = nullptr;
+  if (fp8) {
+    // Q to e4m3 per row, into the workspace, ahead of the decode on the same stream.
+    const detail::QSource q = detail::check_q(c, B, a);
+    const Fp8QArea area = fp8_q_area(h, c);
+    uint8_t* q8 = ws_base + area.q8_offset;
+    q_scale = reinterpret_cast<float*>(ws_base + area.scale_offset);
+    sm90::launch_quantize_q({a.q, q.q_row, a.q_pe, q.pe_row, int(q.latent_cols), c.d_qk, q.rows, q8, q_scale}, stream);
+    detail::fp8_q_maps_for(c, q.rows, q8, P.q_maps, q_maps, q_pe_col);
+  } else {
+    detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col);
+  }
   const OutputView output = detail::output_view(c, B, a);
   const KeyVisibility vis = detail::key_visibility(c, a);
 
   const WorkspaceLayout ws = workspace_layout(h.counts.num_slots, c.heads * c.q_len, c.d_v);
-  uint8_t* ws_base = static_cast<uint8_t*>(a.workspace);
   sm90::DecodeParams p{};
   p.batch = B;
   p.q_len = c.q_len;
@@ -438,8 +483,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.max_pages = a.max_pages;
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
-  p.gather_rows = c.page_size < sm90::kGatherBelowPage;
+  p.gather_rows = !fp8 && c.page_size < sm90::kGatherBelowPage;
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
+  p.kv_scale = a.kv_scale;
+  p.q_scale = q_scale;
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
   p.q_pe_col = q_pe_col;
   p.vis = vis;
@@ -478,9 +525,13 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       break;
   }
   p.grid_ctas = int(grid.x);
-  cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   if (grid.x > 0) {
-    sm90::launch_decode_bf16(q_maps, *reinterpret_cast<const CUtensorMap*>(cache.tensor_map()), p, grid, stream, mode);
+    const CUtensorMap& kv_map = *reinterpret_cast<const CUtensorMap*>(cache.tensor_map());
+    if (fp8) {
+      sm90::launch_decode_fp8(q_maps, kv_map, p, grid, stream);
+    } else {
+      sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
+    }
   }
   if (mode != sm90::KernelMode::kFull) return;
 

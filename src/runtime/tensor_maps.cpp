@@ -53,10 +53,16 @@ void encode_q_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols
 
 void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                      const cuuint32_t* box, const char* what) {
+  encode_map(map, /*fp8=*/false, base, rank, dims, strides, box, what);
+}
+
+void encode_map(CUtensorMap* map, bool fp8, const void* base, int rank, const cuuint64_t* dims,
+                const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = tensor_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims, strides,
-                                    box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r = tensor_map_encoder()(
+      map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims,
+      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ", int(r), ")");
 }
 
@@ -73,30 +79,54 @@ RowStridesView resolve_row_strides(const RowStrides& s, int batch, int q_len, in
   return {s.batch, s.token, s.head};
 }
 
+QSource check_q(const DecodeConfig& c, int batch, const DecodeArgs& a) {
+  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
+  QSource q;
+  q.split = a.q_pe != nullptr;
+  require(!q.split || c.d_qk == 576, "decode: q_pe is given but d_qk is ", c.d_qk, " (no rope part); pass q alone");
+  require(!q.split || aligned(a.q_pe, 16), "decode: q_pe must be 16-byte aligned");
+  require(q.split || a.q_pe_strides.dense(), "decode: q_pe_strides are set but q_pe is null");
+  q.latent_cols = q.split ? 512 : c.d_qk;
+  q.rows = int64_t{batch} * c.q_len * c.heads;
+  q.q_row = flat_row_stride(a.q_strides, batch, c.q_len, c.heads, q.latent_cols, q.split ? "q (q_nope)" : "q");
+  q.pe_row = q.split ? flat_row_stride(a.q_pe_strides, batch, c.q_len, c.heads, 64, "q_pe") : 0;
+  return q;
+}
+
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
                 int& q_pe_col) {
-  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
-  const bool split = a.q_pe != nullptr;
-  require(!split || c.d_qk == 576, "decode: q_pe is given but d_qk is ", c.d_qk, " (no rope part); pass q alone");
-  require(!split || aligned(a.q_pe, 16), "decode: q_pe must be 16-byte aligned");
-  require(split || a.q_pe_strides.dense(), "decode: q_pe_strides are set but q_pe is null");
-  const int64_t latent_cols = split ? 512 : c.d_qk;
-  const int64_t rows = int64_t{batch} * c.q_len * c.heads;
-  const int64_t q_row = flat_row_stride(a.q_strides, batch, c.q_len, c.heads, latent_cols, split ? "q (q_nope)" : "q");
-  const int64_t pe_row = split ? flat_row_stride(a.q_pe_strides, batch, c.q_len, c.heads, 64, "q_pe") : 0;
-  q_pe_col = split ? 0 : sm90::kDqkNoRope;
+  const QSource q = check_q(c, batch, a);
+  q_pe_col = q.split ? 0 : sm90::kDqkNoRope;
   std::lock_guard<std::mutex> lock(cache.mutex);
-  if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q_row || cache.q_pe_row != pe_row) {
-    encode_q_map(&cache.maps.latent, a.q, rows, latent_cols, q_row, "q");
-    if (split) {
-      encode_q_map(&cache.maps.rope, a.q_pe, rows, 64, pe_row, "q_pe");
+  if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row) {
+    encode_q_map(&cache.maps.latent, a.q, q.rows, q.latent_cols, q.q_row, "q");
+    if (q.split) {
+      encode_q_map(&cache.maps.rope, a.q_pe, q.rows, 64, q.pe_row, "q_pe");
     } else {
       cache.maps.rope = cache.maps.latent;
     }
     cache.q = a.q;
     cache.q_pe = a.q_pe;
-    cache.q_row = q_row;
-    cache.q_pe_row = pe_row;
+    cache.q_row = q.q_row;
+    cache.q_pe_row = q.pe_row;
+  }
+  maps = cache.maps;
+}
+
+void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, QMapCache& cache, sm90::QMaps& maps,
+                    int& q_pe_col) {
+  q_pe_col = sm90::kDqkNoRope;  // the rope box is columns 512..575 of the quantised rows
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  if (cache.q != q8 || cache.q_row != c.d_qk) {
+    const cuuint64_t dims[2] = {cuuint64_t(c.d_qk), cuuint64_t(rows)};
+    const cuuint64_t strides[1] = {cuuint64_t(c.d_qk)};
+    const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
+    encode_map(&cache.maps.latent, /*fp8=*/true, q8, 2, dims, strides, box, "the e4m3 Q");
+    cache.maps.rope = cache.maps.latent;
+    cache.q = q8;
+    cache.q_pe = nullptr;
+    cache.q_row = c.d_qk;
+    cache.q_pe_row = 0;
   }
   maps = cache.maps;
 }

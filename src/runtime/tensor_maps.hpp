@@ -19,6 +19,10 @@ inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t
 // bf16 tensor map with 128-byte swizzle and 64 x 64 boxes over dims (innermost first).
 void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                      const cuuint32_t* box, const char* what);
+// The same for bf16 (128-byte swizzle) or e4m3 bytes (64-byte swizzle: 64-column boxes
+// are 64-byte rows).
+void encode_map(CUtensorMap* map, bool fp8, const void* base, int rank, const cuuint64_t* dims,
+                const cuuint64_t* strides, const cuuint32_t* box, const char* what);
 
 // The element strides a RowStrides stands for (dense: rows of `row_elems`), checked: each
 // stride of a dimension with more than one element positive and a multiple of `multiple`.
@@ -35,6 +39,20 @@ struct QMapCache {
   int64_t q_row = 0, q_pe_row = 0;
   sm90::QMaps maps{};
 };
+
+// Q as given: one tensor, or latent (q_nope) + rope (q_pe); checked (pointers, strides
+// that flatten to one row stride).
+struct QSource {
+  bool split = false;
+  int64_t latent_cols = 0;  // columns of q: d_qk, or 512 when q_pe holds the rope part
+  int64_t rows = 0;         // batch x q_len x heads
+  int64_t q_row = 0, pe_row = 0;  // row strides (elements)
+};
+QSource check_q(const DecodeConfig& c, int batch, const DecodeArgs& a);
+
+// The map of the e4m3 Q rows (d_qk bytes each) the quantiser wrote at q8; kept per plan.
+void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, QMapCache& cache, sm90::QMaps& maps,
+                    int& q_pe_col);
 
 // Checks Q (one tensor, or latent + rope) and returns its maps and the rope column.
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,

@@ -7,6 +7,7 @@
 
 #include "kbmla/error.hpp"
 #include "kbmla/planner.hpp"
+#include "reference/fp8.hpp"
 #include "reference/random_problem.hpp"
 #include "reference/reference.hpp"
 
@@ -37,6 +38,31 @@ PlanShape plan_shape_for(const Problem& p, int ctas) {
   s.tile_rows = 64 * s.cluster_size;
   s.num_ctas = ctas;
   return s;
+}
+
+TEST(Fp8, E4m3EncodesAndDecodesTheOcpFormat) {
+  EXPECT_EQ(float_to_e4m3(1.f), 0x38);
+  EXPECT_EQ(float_to_e4m3(-2.f), 0xc0);
+  EXPECT_EQ(float_to_e4m3(448.f), 0x7e);
+  EXPECT_EQ(float_to_e4m3(1e6f), 0x7e);                  // saturates, never NaN
+  EXPECT_EQ(float_to_e4m3(-1e6f), 0xfe);
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.f, -9)), 0x01);   // smallest subnormal
+  EXPECT_EQ(float_to_e4m3(std::ldexp(1.f, -6)), 0x08);   // smallest normal
+  EXPECT_EQ(float_to_e4m3(1.0625f), 0x38);               // halfway 1 and 1.125: to even
+  EXPECT_EQ(float_to_e4m3(1.1875f), 0x3a);               // halfway 1.125 and 1.25: to even
+  EXPECT_EQ(float_to_e4m3(std::numeric_limits<float>::quiet_NaN()), 0x7f);
+  EXPECT_TRUE(std::isnan(e4m3_to_float(0x7f)));
+  EXPECT_TRUE(std::isnan(e4m3_to_float(0xff)));
+  // Every finite code decodes and re-encodes to itself.
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;
+    const float f = e4m3_to_float(uint8_t(b));
+    if (b == 0x80) {
+      EXPECT_EQ(f, 0.f);
+      continue;
+    }
+    EXPECT_EQ(float_to_e4m3(f), b) << "code " << b << " value " << f;
+  }
 }
 
 TEST(Reference, SingleKeyGivesItsValueAndScore) {

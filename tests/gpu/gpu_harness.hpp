@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "kbmla/decode.hpp"
 #include "kbmla/device.hpp"
 #include "kbmla/error.hpp"
+#include "reference/fp8.hpp"
 #include "reference/random_problem.hpp"
 #include "reference/reference.hpp"
 
@@ -97,6 +99,7 @@ struct GpuCase {
   int spare_pages = 3;  // NaN pages shuffled among the used ones (a large count grows the cache)
   int d_qk = 576;       // 576, or 512 (no rope part)
   int page_size = 64;   // powers of two 1..256
+  bool fp8 = false;     // e4m3 cache (scale 2^-8); the reference runs on the dequantised cache
 };
 
 struct GpuResult {
@@ -108,7 +111,7 @@ inline std::string describe(const GpuCase& c) {
   std::ostringstream os;
   os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
      << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
-     << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string())
+     << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string()) << (c.fp8 ? " fp8" : "")
      << " seqlens";
   for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
   if (c.seqlens.size() > 8) os << " ...";
@@ -127,6 +130,17 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   shape.d_qk = c.d_qk;
   auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed, c.spare_pages);
   const ref::Problem& p = data.problem;
+  // fp8: the cache as e4m3 of value / 2^-8 (NaN poison stays NaN), and the reference's
+  // cache replaced by the dequantised values (exact in bf16).
+  const float kv_scale = 1.f / 256.f;
+  std::vector<uint8_t> cache8;
+  if (c.fp8) {
+    cache8.resize(data.cache.size());
+    for (size_t i = 0; i < cache8.size(); ++i) {
+      cache8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.cache[i]) / kv_scale);
+      data.cache[i] = ref::float_to_bf16(ref::e4m3_to_float(cache8[i]) * kv_scale);
+    }
+  }
 
   DecodeConfig config;
   config.heads = c.heads;
@@ -134,6 +148,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   config.causal = c.causal;
   config.d_qk = c.d_qk;
   config.page_size = c.page_size;
+  config.kv_dtype = c.fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16;
   config.softmax_scale = float(p.scale);
   PlanOptions options;
   options.policy = c.policy;
@@ -146,8 +161,13 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   dev.lse.poison();
   dev.ws.poison();
   init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
-  KvCache kv(dev.cache.ptr, p.num_pages, c.page_size, c.d_qk);
-  decode(plan, kv, dev.args(p.max_pages));
+  DeviceArray<uint8_t> dev_cache8(cache8);
+  DeviceArray<float> dev_kv_scale(std::vector<float>{kv_scale});
+  KvCache kv(c.fp8 ? static_cast<const void*>(dev_cache8.ptr) : dev.cache.ptr, p.num_pages, c.page_size, c.d_qk,
+             config.kv_dtype);
+  DecodeArgs args = dev.args(p.max_pages);
+  if (c.fp8) args.kv_scale = dev_kv_scale.ptr;
+  decode(plan, kv, args);
   GpuResult r;
   r.device_errors = read_device_errors(dev.ws.ptr, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "decode");
@@ -162,15 +182,20 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   return r;
 }
 
-// The issue's bar for bf16 output.
+// The issues' bars: bf16 output; fp8 caches (Q and P in e4m3) against the reference on
+// the dequantised cache: relative error < 5e-2, worst row < 8e-2 (issue 5).
 inline void expect_accurate(const GpuCase& c, const GpuResult& r) {
   SCOPED_TRACE(describe(c));
   EXPECT_EQ(r.device_errors, 0u) << describe_device_errors(r.device_errors);
   EXPECT_FALSE(r.cmp.any_nan);
   EXPECT_FALSE(r.cmp.infinite_lse_mismatch);
-  EXPECT_LT(r.cmp.rel_frobenius, 1e-2);
-  EXPECT_LT(r.cmp.worst_row_rel, 3e-2);
-  EXPECT_LT(r.cmp.lse_max_abs, 1e-3);
+  EXPECT_LT(r.cmp.rel_frobenius, c.fp8 ? 5e-2 : 1e-2);
+  EXPECT_LT(r.cmp.worst_row_rel, c.fp8 ? 8e-2 : 3e-2);
+  EXPECT_LT(r.cmp.lse_max_abs, c.fp8 ? 5e-2 : 1e-3);
+  if (c.fp8) {
+    std::printf("fp8 accuracy: rel %.4f worst row %.4f lse %.4f (%s)\n", r.cmp.rel_frobenius, r.cmp.worst_row_rel,
+                r.cmp.lse_max_abs, describe(c).c_str());
+  }
 }
 
 }  // namespace kbmla::test

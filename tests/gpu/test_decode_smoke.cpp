@@ -62,6 +62,14 @@ TEST(GpuSmoke, PagedSmallAndLargePages) {
   }
 }
 
+TEST(GpuSmoke, Fp8CacheMatchesTheDequantisedReference) {
+  KBMLA_REQUIRE_SM90();
+  for (GpuCase c : {GpuCase{16, 4, {0, 1, 65, 700, 3000}}, GpuCase{128, 1, {100, 1000}}}) {
+    c.fp8 = true;
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
 TEST(GpuSmoke, PagedDeviceSideErrorsOnALaterSmallPage) {
   KBMLA_REQUIRE_SM90();
   // Page size 16: the third page of request 0 (not its first, the one read before the

@@ -1,5 +1,5 @@
 // GPU full sweep: every policy x heads {1, 8, 12, 16, 24, 64, 96, 128} x q_len {1, 2, 4, 9}
-// (and q_len 16 up to 2048 rows, d_qk 512, page sizes 1..256)
+// (and q_len 16 up to 2048 rows, d_qk 512, page sizes 1..256, fp8 caches)
 // on ragged batches with seqlens 0, 1, 63, 64, 65, 4096 (shorter where heads x q_len is
 // large, to keep the float64 oracle fast), plus batch 1 at 131,072, batch 64 ragged mixes,
 // split boundaries inside the last q_len keys, and a non-causal case.
@@ -90,6 +90,30 @@ std::vector<GpuCase> sweep_cases() {
     GpuCase c{12, 9, {2000, 130}, Policy::kWorkList, 0, 0, true, seed++};
     c.d_qk = 512;
     paged(2, c);
+  }
+  // fp8 e4m3 cache (issue 5): the kernel with fp8 wgmma and the V transposer, every policy,
+  // 2-CTA clusters, q_len up to 16, d_qk 512, page sizes, splits and seqlen tails.
+  auto fp8 = [&](GpuCase c) {
+    c.fp8 = true;
+    cases.push_back(c);
+  };
+  fp8({16, 1, {0, 1, 63, 64, 65, 4096}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
+  fp8({16, 4, {64 * 40 + 3, 70}, Policy::kStatic, 0, 3, true, seed++});
+  fp8({64, 1, {1000, 64, 3}, Policy::kStaticPersistent, 0, 3, true, seed++});
+  fp8({128, 2, {700, 63, 1}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8({12, 9, {2000, 130}, Policy::kWorkList, 0, 0, false, seed++});
+  fp8({24, 16, {300, 17}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8({1, 1, {131072}, Policy::kWorkList, 0, 0, true, seed++});
+  {
+    GpuCase c{16, 2, {0, 1, 4096, 65}, Policy::kWorkList, 0, 0, true, seed++};
+    c.d_qk = 512;
+    fp8(c);
+  }
+  for (int page_size : {1, 16, 256}) {
+    GpuCase c{16, 4, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
+    c.page_size = page_size;
+    fp8(c);
   }
   // Small CTA budgets and a non-causal multi-token case.
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});

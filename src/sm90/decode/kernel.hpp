@@ -24,4 +24,24 @@ struct QMaps {
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
+// fp8 (e4m3) cache: `q_maps.latent` is the map of Q quantised to e4m3 (64-byte swizzle);
+// p.q_scale and p.kv_scale are set. Full mode only.
+void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+                       cudaStream_t stream);
+
+// Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to
+// e4m3 per row: scale = max |q| / 448, q8 = q / scale. q8 dense [rows][d_qk], scales [rows].
+struct QuantizeQArgs {
+  const void* q;        // bf16
+  int64_t q_row;        // elements between rows of q
+  const void* q_pe;     // bf16 or null (then columns >= 512 come from q)
+  int64_t q_pe_row;
+  int latent_cols;      // columns taken from q: d_qk, or 512 when q_pe is given
+  int d_qk;
+  int64_t rows;
+  uint8_t* q8;
+  float* scales;
+};
+void launch_quantize_q(const QuantizeQArgs& a, cudaStream_t stream);
+
 }  // namespace kbmla::sm90

@@ -106,18 +106,24 @@ __device__ __forceinline__ void release_stage(uint64_t* empty_bar, int lane, int
 //  K-major (Q, K, P): rows of 128 bytes, 8-row groups 1024 bytes apart (SBO); LBO unused.
 //  MN-major (V as B of PV): 64 contiguous columns per 128-byte row, the next 64 columns
 //  one 8 KiB box further (LBO = 8192), 8-token groups 1024 bytes apart (SBO).
-__device__ __forceinline__ uint64_t gmma_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+__device__ __forceinline__ uint64_t gmma_desc(uint32_t smem_byte_addr, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                              cute::SM90::GMMA::LayoutType layout = cute::SM90::GMMA::LayoutType::B128) {
   cute::GmmaDescriptor d;
   d.desc_ = 0;
   d.bitfield.start_address_ = static_cast<uint16_t>(smem_byte_addr >> 4);
   d.bitfield.leading_byte_offset_ = static_cast<uint16_t>(lbo_bytes >> 4);
   d.bitfield.stride_byte_offset_ = static_cast<uint16_t>(sbo_bytes >> 4);
   d.bitfield.base_offset_ = 0;
-  d.bitfield.layout_type_ = static_cast<uint8_t>(cute::SM90::GMMA::LayoutType::B128);
+  d.bitfield.layout_type_ = static_cast<uint8_t>(layout);
   return d.desc_;
 }
 __device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) { return gmma_desc(addr, 16, 1024); }
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) { return gmma_desc(addr, kBoxBytes, 1024); }
+// The fp8 kernel's tiles (Q, K, P, V^T): K-major, 64-byte rows with the 64-byte swizzle,
+// 8-row groups 512 bytes apart; a k-step of 32 e4m3 is +32 bytes inside the row.
+__device__ __forceinline__ uint64_t desc_k_major_sw64(uint32_t addr) {
+  return gmma_desc(addr, 16, 512, cute::SM90::GMMA::LayoutType::B64);
+}
 
 template <class Atom, int N, size_t... I>
 __device__ __forceinline__ void wgmma_call(uint64_t da, uint64_t db, float (&d)[N], bool accumulate,
@@ -134,6 +140,17 @@ __device__ __forceinline__ void wgmma_qk(uint64_t da, uint64_t db, float (&d)[32
 // O (64 x 256) += P (K-major) x V (MN-major): 128 fp32 per thread.
 __device__ __forceinline__ void wgmma_pv(uint64_t da, uint64_t db, float (&d)[128]) {
   using Atom = cute::SM90::GMMA::MMA_64x256x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
+  wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<128>{});
+}
+
+// fp8: S (64 x 64) += Q x K^T and O (64 x 256) += P x V (V^T given K-major), e4m3 inputs,
+// fp32 accumulators in the same fragment layout as the bf16 products.
+__device__ __forceinline__ void wgmma_qk_fp8(uint64_t da, uint64_t db, float (&d)[32], bool accumulate) {
+  using Atom = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
+  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<32>{});
+}
+__device__ __forceinline__ void wgmma_pv_fp8(uint64_t da, uint64_t db, float (&d)[128]) {
+  using Atom = cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_SS_TN<>;
   wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<128>{});
 }
 

@@ -4,11 +4,27 @@
 // blocks it cannot load; it is the extension point for other cache dtypes (issue 5).
 #pragma once
 
+#include "src/sm90/decode/config_fp8.hpp"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/primitives.cuh"
 #include "src/sm90/decode/work.cuh"
 
 namespace kbmla::sm90 {
+
+// What the loaders need of a kernel's shared memory: where Q, the KV stages, the barriers
+// and the stage flags live, and the TMA box geometry (64 columns of 2 or 1 bytes).
+struct Bf16Smem {
+  using Layout = SmemLayout;
+  static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
+  static constexpr uint32_t kBoxRowBytes = 128;
+  static constexpr uint32_t kStageBytes = kTileBytes;
+};
+struct Fp8Smem {
+  using Layout = fp8::SmemLayout;
+  static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
+  static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
+  static constexpr uint32_t kStageBytes = fp8::kTileBytes;
+};
 
 // Paged bf16 loader for page sizes 2^k in 1..256, run by all 32 lanes of producer warp 0.
 // A KV block is 64 tokens:
@@ -28,8 +44,10 @@ namespace kbmla::sm90 {
 // QkBoxes 64-column boxes per row (9 for d_qk 576, 8 for 512; the stage has room for 9).
 // The loader reads the block table, page count and page size from the kernel parameters
 // (constant-bank operands) instead of holding copies in registers.
-template <int QkBoxes>
+template <int QkBoxes, class Smem = Bf16Smem>
 struct PagedKvLoader {
+  static constexpr uint32_t kBoxBytes = Smem::kBoxBytes;
+  static constexpr uint32_t kBoxRowBytes = Smem::kBoxRowBytes;
   const CUtensorMap* map;
   const DecodeParams& p;
 
@@ -67,7 +85,7 @@ struct PagedKvLoader {
   // Bytes the stage receives for this block (what each CTA of a cluster expects).
   __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen) const {
     if (!small_pages()) return QkBoxes * kBoxBytes;
-    return uint32_t(QkBoxes * 128) * uint32_t(pages_of(block, seqlen) << p.page_log2);
+    return uint32_t(QkBoxes * kBoxRowBytes) * uint32_t(pages_of(block, seqlen) << p.page_log2);
   }
 
   // The boxes of one row group (a 64-token part, or one small page) at `dst`. In a 2-CTA
@@ -100,12 +118,12 @@ struct PagedKvLoader {
       const int pages = pages_of(block, seqlen);
       if (lane < pages) {
         errors = checked(entry);
-        issue_rows(entry, bar, stage + (lane << p.page_log2) * 128, cluster_size, rank);  // 128-byte rows
+        issue_rows(entry, bar, stage + (lane << p.page_log2) * kBoxRowBytes, cluster_size, rank);
       }
       if (lane + 32 < pages) {  // pages of one token: 64 per block
         int32_t page = entries(batch, block)[lane + 32];
         errors |= checked(page);
-        issue_rows(page, bar, stage + (lane + 32) * 128, cluster_size, rank);
+        issue_rows(page, bar, stage + (lane + 32) * kBoxRowBytes, cluster_size, rank);
       }
     }
     return __reduce_or_sync(0xffffffffu, errors);
@@ -122,6 +140,7 @@ struct PagedKvLoader {
   // cluster gathers its own copy (no multicast).
   __device__ __forceinline__ uint32_t gather(int32_t entry, int batch, int block, int seqlen, int lane,
                                              uint32_t stage) const {
+    static_assert(kBoxRowBytes == 128, "the row gather writes the bf16 tile's 128-byte swizzle");
     constexpr int kRowBytes = QkBoxes * 128;
     const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
     const int pages = pages_of(block, seqlen);
@@ -153,9 +172,11 @@ struct PagedKvLoader {
 // Q loader (one thread of warp 1): loads each item's Q tile once the consumers released
 // the previous one. It runs apart from the KV loader so that the next item's KV stages
 // stream in while the consumers still finish the current item.
-template <int QkBoxes>
+template <int QkBoxes, class Smem = Bf16Smem>
 __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps* q_maps, uint8_t* smem) {
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  using Layout = typename Smem::Layout;
+  constexpr uint32_t kBoxBytes = Smem::kBoxBytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
   int item_count = 0;
@@ -171,7 +192,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
       // The latent boxes come from q (or q_nope), the rope box from q_pe when Q is given
       // in two tensors, else from q's columns 512..575 (q_pe_col 512).
       const bool rope = j >= kLatentBoxes;
-      tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + SmemLayout::q + j * kBoxBytes,
+      tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kBoxBytes,
                      rope ? p.q_pe_col : j * kBoxCols, q_row);
     }
     ++item_count;
@@ -180,13 +201,14 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 
 // KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
 // data errors (seqlens, page indices) to the error word.
-template <KernelMode Mode, int QkBoxes, bool kGatherRows>
-__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes>& kv,
+template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem>
+__device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
                                               uint8_t* smem) {
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  using Layout = typename Smem::Layout;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
-  volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
+  volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + Layout::stage_flags);
   const int lane = threadIdx.x % 32;
   uint32_t errors = 0;
   int block_count = 0;
@@ -209,7 +231,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
         // is what completes the phase once the bytes are in, so a consumer that passed
         // the full barrier (acquire) sees the flag; bytes that land earlier cannot
         // complete the phase, which still lacks this arrival.
-        uint8_t* stage_ptr = smem + SmemLayout::kv + stage * kTileBytes;
+        uint8_t* stage_ptr = smem + Layout::kv + stage * Smem::kStageBytes;
         if constexpr (kGatherRows) {
           err = kv.gather(entry, it.batch, blk, it.seqlen, lane, smem_addr(stage_ptr));
         } else {

@@ -1,0 +1,97 @@
+// The sm_90a fp8 (e4m3, per-tensor scale) MLA decode kernel: entry point and launch.
+// Full mode only; every page size through the TMA loader. See config_fp8.hpp.
+#include "kbmla/error.hpp"
+#include "src/sm90/decode/consumer_fp8.cuh"
+#include "src/sm90/decode/kernel.hpp"
+#include "src/sm90/decode/producer.cuh"
+#include "src/sm90/decode/transpose_v.cuh"
+
+namespace kbmla::sm90 {
+
+namespace fp8 {
+
+template <int QkBoxes>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
+                          const __grid_constant__ DecodeParams p) {
+  if (p.plan_header != nullptr && p.plan_header->status != 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
+    return;
+  }
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(&q_maps.latent);
+    cute::prefetch_tma_descriptor(&kv_map);
+    Mbarrier::init(bars + 0, 1);                  // q_full: the Q loader's expect_tx
+    Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
+    for (int s = 0; s < kStages; ++s) {
+      Mbarrier::init(bars + 2 + s, 1);  // full
+      // empty: every consumer and transposer warp of every CTA that receives the stage
+      Mbarrier::init(bars + 2 + kStages + s, (kConsumerWarps + kTransposeWarps) * p.cluster_size);
+      Mbarrier::init(bars + 2 + 2 * kStages + s, kTransposeThreads);  // vt_full
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  if (p.cluster_size > 1) {
+    cluster_barrier();
+  } else {
+    __syncthreads();
+  }
+  asm volatile("griddepcontrol.launch_dependents;");
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    set_max_registers_dec<kProducerRegs>();
+    if (threadIdx.x < 32) {
+      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_map, p};
+      run_kv_loader<KernelMode::kFull, QkBoxes, false, Fp8Smem>(p, kv, smem);
+    } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
+      run_q_loader<QkBoxes, Fp8Smem>(p, &q_maps, smem);
+    } else if (threadIdx.x >= 64) {
+      run_v_transposer(p, smem);
+    }
+  } else if (wg == 1) {
+    set_max_registers_inc<kConsumerRegs>();
+    run_consumer_fp8<QkBoxes, true>(p, smem);
+  } else {
+    set_max_registers_inc<kConsumerRegs>();
+    run_consumer_fp8<QkBoxes, false>(p, smem);
+  }
+  if (p.cluster_size > 1) cluster_barrier();
+}
+
+template <int QkBoxes>
+void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream) {
+  static const cudaError_t attr_err = cudaFuncSetAttribute(
+      mla_decode_fp8_kernel<QkBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  require(attr_err == cudaSuccess, "decode (fp8): cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = SmemLayout::alloc;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(p.cluster_size);
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  require(grid.x % unsigned(p.cluster_size) == 0, "decode (fp8): grid.x (", grid.x,
+          ") is not a multiple of the cluster size (", p.cluster_size, ")");
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_fp8_kernel<QkBoxes>, q_maps, kv_map, p);
+  require(launch_err == cudaSuccess, "decode (fp8): kernel launch failed: ", cudaGetErrorString(launch_err));
+}
+
+}  // namespace fp8
+
+void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+                       cudaStream_t stream) {
+  if (p.d_qk == kDqkNoRope) return fp8::launch<kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);
+  require(p.d_qk == kDqk, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
+  fp8::launch<kQkBoxes>(q_maps, kv_map, p, grid, stream);
+}
+
+}  // namespace kbmla::sm90
