@@ -31,6 +31,10 @@ std::vector<BenchCase> load_cases(const std::string& path) {
       bc.seqlens = c.at("seqlens").get<std::vector<int>>();
       bc.d_qk = c.value("d_qk", 576);
       bc.page_size = c.value("page_size", 64);
+      const std::string dtype = c.value("kv_dtype", std::string("bf16"));
+      require(dtype == "bf16" || dtype == "fp8_e4m3", "cases file '", path, "': case '", bc.name, "': kv_dtype '",
+              dtype, "' is not one of bf16, fp8_e4m3");
+      bc.fp8 = dtype == "fp8_e4m3";
       if (c.contains("reference_kernel_pct_of_copy")) bc.reference_pct_of_copy = c["reference_kernel_pct_of_copy"].get<double>();
       if (c.contains("reference_kernel_tflops")) bc.reference_tflops = c["reference_kernel_tflops"].get<double>();
     } catch (const nlohmann::json::exception& e) {

@@ -16,6 +16,7 @@ struct BenchCase {
   int heads = 16;
   int d_qk = 576;  // 576, or 512 (no rope part)
   int page_size = 64;  // tokens per cache page: a power of two in 1..256
+  bool fp8 = false;    // "kv_dtype": "fp8_e4m3" (per-tensor scale), else bf16
   std::vector<int> seqlens;
   std::optional<double> reference_pct_of_copy;
   std::optional<double> reference_tflops;

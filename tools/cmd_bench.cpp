@@ -47,6 +47,7 @@ struct BenchOptions {
   int warmup = 10;
   int sms = 0;
   int page_size = 0;  // 0: each case's own
+  std::string kv_dtype;  // empty: each case's own
   bool spike = false;
   bool balance = false;
   bool device_plan = false;
@@ -91,13 +92,16 @@ double measure_copy_gbps(cudaStream_t stream) {
   return 2.0 * double(bytes) / (us * 1e3);
 }
 
+// Scale of the benchmark's fp8 caches: random values in [-1, 1) stored as e4m3(value / scale).
+constexpr float kBenchKvScale = 1.f / 256.f;
+
 struct CaseData {
   std::vector<int32_t> seqlens;
   int max_pages = 1;
   int64_t num_pages = 1;
   size_t cache_bytes = 0;
   std::vector<std::unique_ptr<DeviceBuffer>> caches;  // rotated copies (1 = no rotation)
-  std::unique_ptr<DeviceBuffer> q, out, lse, block_table, seqlens_dev;
+  std::unique_ptr<DeviceBuffer> q, out, lse, block_table, seqlens_dev, kv_scale;
 };
 
 struct Measurement {
@@ -202,6 +206,8 @@ int run_bench(const BenchOptions& o) {
     d.seqlens.assign(bc.seqlens.begin(), bc.seqlens.end());
     int64_t tokens = 0;
     const int page_size = o.page_size > 0 ? o.page_size : bc.page_size;
+    const bool fp8 = o.kv_dtype.empty() ? bc.fp8 : o.kv_dtype == "fp8_e4m3";
+    const int elem_bytes = fp8 ? 1 : 2;  // of the cache; Q and out stay bf16
     std::vector<int32_t> pages_per(bc.batch);
     for (int b = 0; b < bc.batch; ++b) {
       pages_per[b] = (d.seqlens[b] + page_size - 1) / page_size;
@@ -217,16 +223,20 @@ int run_bench(const BenchOptions& o) {
     size_t next = 0;
     for (int b = 0; b < bc.batch; ++b)
       for (int j = 0; j < pages_per[b]; ++j) table[size_t(b) * d.max_pages + j] = perm[next++];
-    d.cache_bytes = size_t(d.num_pages) * page_size * bc.d_qk * 2;
+    d.cache_bytes = size_t(d.num_pages) * page_size * bc.d_qk * elem_bytes;
     const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
-    const double kv_bytes = double(tokens) * bc.d_qk * 2;
+    const double kv_bytes = double(tokens) * bc.d_qk * elem_bytes;
     const double io_bytes = kv_bytes + double(rows) * bc.d_qk * 2 + double(rows) * 512 * 2;
     const int copies = kv_bytes < 4.0 * double(dev.l2_bytes)
                            ? int(std::min<double>(32, std::ceil(4.0 * double(dev.l2_bytes) / std::max(kv_bytes, 1.0)) + 1))
                            : 1;
     for (int c = 0; c < copies; ++c) {
       d.caches.push_back(std::make_unique<DeviceBuffer>(d.cache_bytes));
-      fill_device_random_bf16(d.caches.back()->ptr, d.cache_bytes / 2, 100 + c, stream);
+      if (fp8) {
+        fill_device_random_e4m3(d.caches.back()->ptr, d.cache_bytes, kBenchKvScale, 100 + c, stream);
+      } else {
+        fill_device_random_bf16(d.caches.back()->ptr, d.cache_bytes / 2, 100 + c, stream);
+      }
     }
     d.q = std::make_unique<DeviceBuffer>(rows * bc.d_qk * 2);
     fill_device_random_bf16(d.q->ptr, rows * bc.d_qk, 3, stream);
@@ -237,13 +247,18 @@ int run_bench(const BenchOptions& o) {
     cuda_check(cudaMemcpy(d.block_table->ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice), "copy");
     cuda_check(cudaMemcpy(d.seqlens_dev->ptr, d.seqlens.data(), d.seqlens.size() * 4, cudaMemcpyHostToDevice), "copy");
     std::vector<KvCache> kv;
-    for (auto& c : d.caches) kv.emplace_back(c->ptr, d.num_pages, page_size, bc.d_qk);
+    for (auto& c : d.caches) {
+      kv.emplace_back(c->ptr, d.num_pages, page_size, bc.d_qk, fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16);
+    }
+    d.kv_scale = std::make_unique<DeviceBuffer>(sizeof(float));
+    cuda_check(cudaMemcpy(d.kv_scale->ptr, &kBenchKvScale, sizeof(float), cudaMemcpyHostToDevice), "copy");
 
     DecodeConfig config;
     config.heads = bc.heads;
     config.q_len = bc.q_len;
     config.d_qk = bc.d_qk;
     config.page_size = page_size;
+    config.kv_dtype = fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16;
     config.softmax_scale = 1.0f / std::sqrt(576.0f);
 
     // The case's buffers as decode arguments, with a fresh (initialised) workspace.
@@ -259,6 +274,7 @@ int run_bench(const BenchOptions& o) {
       a.workspace = ws.ptr;
       a.workspace_bytes = plan.workspace_bytes();
       a.stream = stream;
+      if (fp8) a.kv_scale = static_cast<const float*>(d.kv_scale->ptr);
       return a;
     };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
@@ -346,7 +362,7 @@ int run_bench(const BenchOptions& o) {
 
     std::vector<std::pair<std::string, sm90::KernelMode>> runs_to_do;
     for (const std::string& pname : policies) runs_to_do.push_back({pname, sm90::KernelMode::kFull});
-    if (o.spike && bc.d_qk == 576) {  // the spike modes exist for d_qk 576 only
+    if (o.spike && bc.d_qk == 576 && !fp8) {  // the spike modes exist for the bf16 kernel, d_qk 576
       runs_to_do.push_back({"worklist", sm90::KernelMode::kLoadOnly});
       runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
     }
@@ -412,7 +428,7 @@ int run_bench(const BenchOptions& o) {
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
                      (best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT"));
-      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", "bf16"},
+      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", fp8 ? "fp8_e4m3" : "bf16"},
                           {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
                           {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
@@ -466,6 +482,8 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
   cmd->add_option("--page-size", o->page_size, "Cache page size for every case (default 0: the case's, else 64)")
       ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128, 256}));
+  cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype for every case (default: the case's, else bf16)")
+      ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
   cmd->add_option("--sms", o->sms, "CTA budget (default 0: every SM, or every SM co-scheduled in 2-CTA clusters)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");

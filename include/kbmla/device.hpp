@@ -27,5 +27,7 @@ DeviceInfo query_device(int ordinal = 0);
 // of (seed, index): the same seed gives the same bytes. For benchmarks, whose caches are
 // too large to generate on the host.
 void fill_device_random_bf16(void* ptr, size_t count, uint64_t seed, void* stream);
+// The same values quantised to e4m3 with `scale` (byte = e4m3(value / scale)).
+void fill_device_random_e4m3(void* ptr, size_t count, float scale, uint64_t seed, void* stream);
 
 }  // namespace kbmla

@@ -1,5 +1,6 @@
 #include "kbmla/device.hpp"
 
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "kbmla/error.hpp"
@@ -25,7 +26,26 @@ __global__ void fill_random_bf16_kernel(uint16_t* ptr, size_t count, uint64_t se
   }
 }
 
+__global__ void fill_random_e4m3_kernel(uint8_t* ptr, size_t count, uint64_t seed, float inv_scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + i);
+    const float f = (__uint_as_float(0x3f800000u | (uint32_t(h) & 0x7fffffu)) - 1.5f) * 2.f;
+    ptr[i] = __nv_cvt_float_to_fp8(f * inv_scale, __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
 }  // namespace
+
+void fill_device_random_e4m3(void* ptr, size_t count, float scale, uint64_t seed, void* stream) {
+  require(ptr != nullptr || count == 0, "fill_device_random_e4m3: null pointer with count ", count);
+  require(scale > 0.f, "fill_device_random_e4m3: scale (", scale, ") must be positive");
+  if (count == 0) return;
+  const int blocks = static_cast<int>(std::min<size_t>((count + 255) / 256, 8192));
+  fill_random_e4m3_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<uint8_t*>(ptr), count,
+                                                                                   seed, 1.f / scale);
+  cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, "fill_device_random_e4m3: launch failed: ", cudaGetErrorString(err));
+}
 
 void fill_device_random_bf16(void* ptr, size_t count, uint64_t seed, void* stream) {
   require(ptr != nullptr || count == 0, "fill_device_random_bf16: null pointer with count ", count);
