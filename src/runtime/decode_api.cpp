@@ -483,7 +483,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.max_pages = a.max_pages;
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
-  p.gather_rows = !fp8 && c.page_size < sm90::kGatherBelowPage;
+  // Small pages are gathered row by row (bf16: below kGatherBelowPage tokens, for speed;
+  // fp8: one-token pages, whose 64-byte rows TMA cannot place).
+  p.gather_rows = fp8 ? c.page_size == 1 : c.page_size < sm90::kGatherBelowPage;
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;

@@ -1,5 +1,6 @@
 // The sm_90a fp8 (e4m3, per-tensor scale) MLA decode kernel: entry point and launch.
-// Full mode only; every page size through the TMA loader. See config_fp8.hpp.
+// Full mode only; pages of 2..256 tokens through TMA, one-token pages by a cp.async row
+// gather. See config_fp8.hpp.
 #include "kbmla/error.hpp"
 #include "src/sm90/decode/consumer_fp8.cuh"
 #include "src/sm90/decode/kernel.hpp"
@@ -45,7 +46,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     set_max_registers_dec<kProducerRegs>();
     if (threadIdx.x < 32) {
       PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_map, p};
-      run_kv_loader<KernelMode::kFull, QkBoxes, false, Fp8Smem>(p, kv, smem);
+      // One-token pages: TMA cannot write a 64-byte row at a 64-byte (not 128) aligned
+      // address, so they are gathered with cp.async.
+      if (p.gather_rows) {
+        run_kv_loader<KernelMode::kFull, QkBoxes, true, Fp8Smem>(p, kv, smem);
+      } else {
+        run_kv_loader<KernelMode::kFull, QkBoxes, false, Fp8Smem>(p, kv, smem);
+      }
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
       run_q_loader<QkBoxes, Fp8Smem>(p, &q_maps, smem);
     } else if (threadIdx.x >= 64) {

@@ -140,8 +140,7 @@ struct PagedKvLoader {
   // cluster gathers its own copy (no multicast).
   __device__ __forceinline__ uint32_t gather(int32_t entry, int batch, int block, int seqlen, int lane,
                                              uint32_t stage) const {
-    static_assert(kBoxRowBytes == 128, "the row gather writes the bf16 tile's 128-byte swizzle");
-    constexpr int kRowBytes = QkBoxes * 128;
+    constexpr int kRowBytes = QkBoxes * int(kBoxRowBytes);
     const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
     const int pages = pages_of(block, seqlen);
     uint32_t errors = 0;
@@ -151,17 +150,26 @@ struct PagedKvLoader {
       high = entries(batch, block)[lane + 32];
       errors |= checked(high);
     }
+    // e4m3 rows (64-byte box rows, 64-byte swizzle: chunk k of 4 of row t at k ^ (t / 2) % 4):
+    // lane l copies chunk l (box l / 4) and lanes 0..3 also chunk 32 + l (box 8).
+    constexpr bool kFp8Rows = kBoxRowBytes == 64;
     const uint8_t* lane_src = p.kv_cache + lane * 16;
-    const uint32_t lane_dst = stage + (lane >> 3) * kBoxBytes;
+    const uint32_t lane_dst = stage + (kFp8Rows ? lane >> 2 : lane >> 3) * kBoxBytes;
     for (int t = 0; t < tokens; ++t) {
       const int page_index = t >> p.page_log2;
       const int32_t page = __shfl_sync(0xffffffffu, page_index < 32 ? low : high, page_index & 31);
       const int64_t token = (int64_t{page} << p.page_log2) + (t & ((1 << p.page_log2) - 1));
       const uint8_t* src = lane_src + token * kRowBytes;
-      const uint32_t dst = lane_dst + t * 128 + (((lane ^ t) & 7) << 4);
-      cp_async_16(dst, src);
-      cp_async_16(dst + 4 * kBoxBytes, src + 512);
-      if (QkBoxes > 8 && lane < 8) cp_async_16(dst + 8 * kBoxBytes, src + 1024);
+      if constexpr (kFp8Rows) {
+        const uint32_t dst = lane_dst + t * 64 + (((lane ^ (t >> 1)) & 3) << 4);
+        cp_async_16(dst, src);
+        if (QkBoxes > 8 && lane < 4) cp_async_16(dst + 8 * kBoxBytes, src + 512);
+      } else {
+        const uint32_t dst = lane_dst + t * 128 + (((lane ^ t) & 7) << 4);
+        cp_async_16(dst, src);
+        cp_async_16(dst + 4 * kBoxBytes, src + 512);
+        if (QkBoxes > 8 && lane < 8) cp_async_16(dst + 8 * kBoxBytes, src + 1024);
+      }
     }
     cp_async_wait_all();
     fence_view_async_shared();
