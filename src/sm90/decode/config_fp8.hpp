@@ -60,8 +60,13 @@ static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit p
 
 // The transposer's loop keeps 16 words of a 4-token x 16-dim unit live on top of the walk:
 // more than 40 registers. The consumers' 224 compile without spills (bench/NOTES.md).
+#ifdef KBMLA_FP8_REGS_56
 constexpr int kProducerRegs = 56;
 constexpr int kConsumerRegs = 224;
+#else
+constexpr int kProducerRegs = 72;
+constexpr int kConsumerRegs = 216;
+#endif
 static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
 
 }  // namespace kbmla::sm90::fp8

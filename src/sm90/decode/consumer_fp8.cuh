@@ -143,6 +143,12 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         fence_view_async_shared();
         named_sync(kBarP, kConsumerThreads);
       } else {
+        // Consumer 1's half of V^T (rows 256..511), fenced for its own wgmma; the kBarP
+        // barrier below orders every thread's writes before the warpgroup issues it.
+        transpose_chunks<kProducerChunks, kDv / 16, 128>(smem + SmemLayout::kv + stage * kTileBytes,
+                                                        smem + SmemLayout::vt + stage * kVtBytes, tid,
+                                                        it.seqlen - blk * kBlockTokens);
+        fence_view_async_shared();
         named_sync(kBarP, kConsumerThreads);
         alpha0 = row_scale[r0];
         alpha1 = row_scale[r1];
@@ -157,7 +163,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         }
       }
       // O (64 x 256) += P (64 x 64) V[:, 256 wg ..]: 2 k-steps of 32 tokens over V^T.
-      Mbarrier::wait(vt_full + stage, (block_count / kStages) & 1);
+      if constexpr (kSoftmaxOwner) Mbarrier::wait(vt_full + stage, (block_count / kStages) & 1);
       const uint32_t vt_stage = vt_addr + stage * kVtBytes + wg * 256 * 64;
       wgmma_fence();
       fence_accumulators(o);

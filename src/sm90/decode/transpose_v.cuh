@@ -28,53 +28,68 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&w)[4], uint32_t (&
   out[3] = __byte_perm(hi01, hi23, 0x7632);
 }
 
-// One thread's part of a stage: token group a (tokens 4a..4a+3) and word w of every
-// 16-byte chunk (dims 16c' + 4w..+3 for all 32 chunks c'), as 32 units of 4 x 4 bytes.
-// Thread tid: a = tid / 4, w = tid % 4. Bank use per warp instruction (32 lanes, 4 bytes
-// each): loads of token t hit bank (t % 2) 16 + 4 (chunk ^ (t / 2) % 4) + w; lanes with
-// (a / 2) odd load their tokens in the order 1, 0, 3, 2, so both token parities occur and
-// the 32 lanes meet 16 banks (2-way) instead of 8; stores to V^T row d at token 4a hit
-// (d % 2) 16 + 4 ((a / 4) ^ (d / 2) % 4) + a % 4: 16 banks (2-way).
-struct TransposeLane {
-  int t0, w, rotated;
-
-  __device__ __forceinline__ explicit TransposeLane(int tid) : t0(4 * (tid / 4)), w(tid % 4), rotated((tid / 8) & 1) {}
-  // The i-th load's token (order 0, 1, 2, 3 or 1, 0, 3, 2).
-  __device__ __forceinline__ int token(int i) const { return t0 + (i ^ rotated); }
-};
-
-__device__ __forceinline__ void transpose_stage(const uint8_t* kv, uint8_t* vt, const TransposeLane& lane, int valid) {
+// V^T rows of the 16-dim chunks [kChunkBegin, kChunkEnd) by kThreadsHere threads. One
+// thread's part: token group a (tokens 4a..4a+3) of chunks c0, c0 + kThreadsHere / 16, ...,
+// each read as 4 x 16 bytes (one chunk of each token row) and written as 16 words (V^T
+// rows 16c..16c+15 at token 4a). Thread tid: a = tid % 16, c0 = kChunkBegin + tid / 16. Issue cost is what limits this role (one warp-instruction
+// moves 4 bytes a lane on the store side), hence 16-byte loads and per-thread constants.
+// Banks: the 8 lanes of a 16-byte load phase (a = 8h..8h+7, one chunk) read 16-byte group
+// (t % 2) 4 + (chunk ^ (t / 2) % 4); lanes with (a / 2) odd load their tokens in the order
+// 1, 0, 3, 2 so both parities occur: 2-way instead of 4-way. Stores of a warp: V^T row
+// 16c + k at token 4a, bank (k % 2) 16 + 4 ((a / 4) ^ (k / 2) % 4) + a % 4: 16 banks for
+// 32 lanes (2-way).
+template <int kChunkBegin, int kChunkEnd, int kThreadsHere>
+__device__ __forceinline__ void transpose_chunks(const uint8_t* kv, uint8_t* vt, int tid, int valid) {
+  const int a = tid % 16, t0 = 4 * a;
+  const int rotated = (a >> 1) & 1;
+  const int valid_in_group = valid - t0;  // tokens of this group that are real (may be <= 0 or >= 4)
 #pragma unroll 1
-  for (int chunk = 0; chunk < kDv / 16; chunk += 2) {
-    const uint8_t* src = kv + (chunk / 4) * kBoxBytes;
-    uint8_t* dst = vt + (chunk / 4) * 64 * 64;  // V^T rows 64 box .. 64 box + 63
+  for (int c = kChunkBegin + tid / 16; c < kChunkEnd; c += kThreadsHere / 16) {
+    const uint8_t* box = kv + (c >> 2) * kBoxBytes;
+    uint4 v[4];
 #pragma unroll
-    for (int c = chunk % 4; c < chunk % 4 + 2; ++c) {
-      uint32_t w[4], out[4];
+    for (int i = 0; i < 4; ++i) {
+      const int t = t0 + (i ^ rotated);
+      v[i] = *reinterpret_cast<const uint4*>(box + t * 64 + (((c ^ (t >> 1)) & 3) << 4));
+    }
+    if (rotated) {  // back to token order 0, 1, 2, 3
+      const uint4 t = v[0];
+      v[0] = v[1];
+      v[1] = t;
+      const uint4 u = v[2];
+      v[2] = v[3];
+      v[3] = u;
+    }
+    if (valid_in_group < 4) {  // the request's last block: tokens past seqlen become 0
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int t = lane.token(i);
-        const uint32_t v = *reinterpret_cast<const uint32_t*>(src + swizzled64(t, 16 * c + 4 * lane.w));
-        w[i] = t < valid ? v : 0u;
+        if (i >= valid_in_group) v[i] = make_uint4(0, 0, 0, 0);
       }
-      if (lane.rotated) {  // back to token order 0, 1, 2, 3
-        const uint32_t t0 = w[0], t2 = w[2];
-        w[0] = w[1];
-        w[1] = t0;
-        w[2] = w[3];
-        w[3] = t2;
-      }
-      transpose4x4(w, out);
-      // Rows 16 c + d: (d / 2) % 4 is unchanged by + 16 c, so the swizzle of store_off holds.
+    }
+    uint8_t* rows = vt + c * 16 * 64;  // V^T rows 16c..16c+15 (64 bytes each)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) *reinterpret_cast<uint32_t*>(dst + swizzled64(16 * c + 4 * lane.w + j, lane.t0)) = out[j];
+    for (int q = 0; q < 4; ++q) {
+      const uint32_t w[4] = {(&v[0].x)[q], (&v[1].x)[q], (&v[2].x)[q], (&v[3].x)[q]};
+      uint32_t out[4];
+      transpose4x4(w, out);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int k = 4 * q + j;  // rows 16c + k: (row / 2) % 4 = (k / 2) % 4
+        *reinterpret_cast<uint32_t*>(rows + k * 64 + ((((t0 >> 4) ^ (k >> 1)) & 3) << 4) + (t0 & 15)) = out[j];
+      }
     }
   }
 }
 
+// The transposer warps write V^T rows 0..255 (consumer 0's half of P V); consumer 1
+// writes rows 256..511 itself while consumer 0 computes S and the softmax (it would
+// otherwise wait for P), so the transposer warps, whose issue rate bounds the kernel,
+// carry half the work.
+constexpr int kProducerChunks = kDv / 2 / 16;  // 16 of the 32 16-dim chunks
+
 // Walks the same items and blocks as the KV loader; per block: wait for the stage, write
-// V^T, fence the writes to the async proxy (wgmma reads them), signal vt_full, release the
-// stage (its empty barrier counts the transposer warps too).
+// its V^T half, fence the writes to the async proxy (wgmma reads them), signal vt_full,
+// release the stage (its empty barrier counts the transposer warps too).
 __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* full = bars + 2;
@@ -82,7 +97,6 @@ __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t*
   uint64_t* vt_full = bars + 2 + 2 * kStages;
   const int tid = threadIdx.x - 64;  // 0..63
   const int lane = threadIdx.x % 32;
-  const TransposeLane me(tid);
   int block_count = 0;
   for_each_work_tile(p, [&](const WorkTileInfo& w) {
     const Item it = resolve_item(p, w);
@@ -93,7 +107,9 @@ __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t*
       const int valid = min(kBlockTokens, it.seqlen - blk * kBlockTokens);
       const uint8_t* kv = smem + SmemLayout::kv + stage * kTileBytes;
       uint8_t* vt = smem + SmemLayout::vt + stage * kVtBytes;
-      transpose_stage(kv, vt, me, valid);
+#ifndef KBMLA_EXPERIMENT_SKIP_TRANSPOSE
+      transpose_chunks<0, kProducerChunks, kTransposeThreads>(kv, vt, tid, valid);
+#endif
       fence_view_async_shared();
       Mbarrier::arrive(vt_full + stage);
       release_stage(empty + stage, lane, p.cluster_size);
