@@ -128,6 +128,12 @@ DcpLayout parse_dcp_layout(const std::string& v) {
   throw Error(detail::concat("dcp_layout '", v, "' is not one of: contiguous, interleaved"));
 }
 
+KvDtype parse_kv_dtype(const std::string& v) {
+  if (v == "bf16") return KvDtype::kBFloat16;
+  if (v == "fp8_e4m3") return KvDtype::kFp8E4m3;
+  throw Error(detail::concat("kv_dtype '", v, "' is not one of: bf16, fp8_e4m3"));
+}
+
 LseBase parse_lse_base(const std::string& v) {
   if (v == "e") return LseBase::kE;
   if (v == "2") return LseBase::k2;
@@ -160,7 +166,7 @@ NB_MODULE(_kbmla, m) {
       .def(
           "__init__",
           [](DecodeConfig* c, int heads, int q_len, float softmax_scale, int d_qk, int d_v, int page_size,
-             bool causal, int dcp_world, int dcp_rank, const std::string& dcp_layout) {
+             bool causal, int dcp_world, int dcp_rank, const std::string& dcp_layout, const std::string& kv_dtype) {
             DecodeConfig config;
             config.heads = heads;
             config.q_len = q_len;
@@ -172,11 +178,12 @@ NB_MODULE(_kbmla, m) {
             config.dcp_world = dcp_world;
             config.dcp_rank = dcp_rank;
             config.dcp_layout = parse_dcp_layout(dcp_layout);
+            config.kv_dtype = parse_kv_dtype(kv_dtype);
             new (c) DecodeConfig(config);
           },
           nb::arg("heads"), nb::arg("q_len"), nb::arg("softmax_scale"), nb::arg("d_qk") = 576, nb::arg("d_v") = 512,
           nb::arg("page_size") = 64, nb::arg("causal") = true, nb::arg("dcp_world") = 1, nb::arg("dcp_rank") = 0,
-          nb::arg("dcp_layout") = "contiguous")
+          nb::arg("dcp_layout") = "contiguous", nb::arg("kv_dtype") = "bf16")
       .def_rw("heads", &DecodeConfig::heads)
       .def_rw("q_len", &DecodeConfig::q_len)
       .def_rw("d_qk", &DecodeConfig::d_qk)
@@ -190,6 +197,10 @@ NB_MODULE(_kbmla, m) {
           "dcp_layout",
           [](const DecodeConfig& c) { return std::string(c.dcp_layout == DcpLayout::kInterleaved ? "interleaved" : "contiguous"); },
           [](DecodeConfig& c, const std::string& v) { c.dcp_layout = parse_dcp_layout(v); })
+      .def_prop_rw(
+          "kv_dtype",
+          [](const DecodeConfig& c) { return std::string(c.kv_dtype == KvDtype::kFp8E4m3 ? "fp8_e4m3" : "bf16"); },
+          [](DecodeConfig& c, const std::string& v) { c.kv_dtype = parse_kv_dtype(v); })
       .def("validate", [](const DecodeConfig& c) { validate_config(c); });
 
   m.def(
@@ -261,11 +272,17 @@ NB_MODULE(_kbmla, m) {
           "__init__",
           [](KvCache* k, Tensor cache) {
             require(cache.ndim() == 3, "cache has shape ", shape_string(cache), ", expected (pages, page_size, d_qk)");
-            check_tensor(cache, "cache", kBf16, {-1, -1, -1});
-            new (k) KvCache(cache.data(), int64_t(cache.shape(0)), int(cache.shape(1)), int(cache.shape(2)));
+            const bool fp8 = cache.dtype() == kU8.code;
+            check_tensor(cache, "cache", fp8 ? kU8 : kBf16, {-1, -1, -1});
+            new (k) KvCache(cache.data(), int64_t(cache.shape(0)), int(cache.shape(1)), int(cache.shape(2)),
+                            fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16);
           },
           nb::arg("cache"), nb::keep_alive<1, 2>(),
-          "A bf16 paged latent cache [pages, page_size, d_qk]; its TMA descriptor is made once.");
+          "A paged latent cache [pages, page_size, d_qk] of bfloat16, or of e4m3 bytes as uint8 (a torch "
+          "float8_e4m3fn cache: pass cache.view(torch.uint8)); its TMA descriptor is made once.")
+      .def_prop_ro("kv_dtype", [](const KvCache& k) {
+        return std::string(k.dtype() == KvDtype::kFp8E4m3 ? "fp8_e4m3" : "bf16");
+      });
 
   m.def(
       "init_workspace",
@@ -279,7 +296,8 @@ NB_MODULE(_kbmla, m) {
       "decode",
       [](const DevicePlan& plan, const KvCache& cache, Tensor q, Tensor block_table, Tensor seqlens, Tensor out,
          Tensor lse, Tensor workspace, uintptr_t stream, std::optional<Tensor> q_pe, const std::string& lse_base,
-         std::optional<Tensor> dcp_global_seqlens, std::optional<Tensor> dcp_kv_offsets) {
+         std::optional<Tensor> dcp_global_seqlens, std::optional<Tensor> dcp_kv_offsets,
+         std::optional<Tensor> kv_scale) {
         const int B = plan.batch();
         check_decode_tensors(plan.config(), B, {q, block_table, seqlens, out, lse, workspace, q_pe},
                              plan.workspace_bytes());
@@ -306,6 +324,10 @@ NB_MODULE(_kbmla, m) {
           check_tensor(*dcp_kv_offsets, "dcp_kv_offsets", kI32, {B});
           a.dcp_kv_offsets = static_cast<const int32_t*>(dcp_kv_offsets->data());
         }
+        if (kv_scale) {
+          check_tensor(*kv_scale, "kv_scale", kF32, {1});
+          a.kv_scale = static_cast<const float*>(kv_scale->data());
+        }
         a.workspace = workspace.data();
         a.workspace_bytes = workspace.shape(0);
         a.stream = reinterpret_cast<void*>(stream);
@@ -314,8 +336,10 @@ NB_MODULE(_kbmla, m) {
       nb::arg("plan"), nb::arg("cache"), nb::arg("q"), nb::arg("block_table"), nb::arg("seqlens"), nb::arg("out"),
       nb::arg("lse"), nb::arg("workspace"), nb::arg("stream") = 0, nb::kw_only(), nb::arg("q_pe") = nb::none(),
       nb::arg("lse_base") = "e", nb::arg("dcp_global_seqlens") = nb::none(), nb::arg("dcp_kv_offsets") = nb::none(),
+      nb::arg("kv_scale") = nb::none(),
       "One layer's decode: out and lse written on `stream` (an integer cudaStream_t), no allocation, no sync. "
-      "q (or q_nope with q_pe), out and lse may be strided views with a dense last dimension.");
+      "q (or q_nope with q_pe), out and lse may be strided views with a dense last dimension. An fp8 cache "
+      "needs kv_scale, a float32 tensor of one element on the GPU (value = e4m3 x scale).");
 
   m.def(
       "dcp_partial_bytes",

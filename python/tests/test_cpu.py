@@ -29,6 +29,13 @@ def test_config_errors_name_the_value(field, value, message):
         c.validate()
 
 
+def test_kv_dtype_is_checked_by_name():
+    assert cfg(kv_dtype="fp8_e4m3").kv_dtype == "fp8_e4m3"
+    assert cfg().kv_dtype == "bf16"
+    with pytest.raises(ValueError, match="kv_dtype 'fp8' is not one of: bf16, fp8_e4m3"):
+        cfg(kv_dtype="fp8")
+
+
 def covered(plan, b):
     off, ns = plan["bounds_offset"][b], plan["num_splits"][b]
     return plan["bounds"][off : off + ns + 1].tolist() if ns else []

@@ -93,6 +93,30 @@ def test_other_page_sizes_match_reference(page):
     check(out, lse, *reference(q, cache, table, seqlens))
 
 
+def test_fp8_cache_matches_the_dequantised_reference():
+    q, cache, table, seqlens = make_problem(SEQLENS, seed=8)
+    scale = 1.0 / 256
+    cache8 = (cache.float() / scale).to(torch.float8_e4m3fn)
+    dequant = (cache8.float() * scale).to(torch.bfloat16)  # exact in bf16
+    cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, kv_dtype="fp8_e4m3")
+    plan = kbmla.Plan.create(cfg, SEQLENS)
+    kv = kbmla.KvCache(cache8.view(torch.uint8))
+    assert kv.kv_dtype == "fp8_e4m3"
+    out, lse, ws = buffers(q, plan)
+    kv_scale = torch.tensor([scale], dtype=torch.float32, device="cuda")
+    kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream,
+                 kv_scale=kv_scale)
+    assert kbmla.read_device_errors(ws)[0] == 0
+    ref_out, ref_lse = reference(q, dequant, table, seqlens)
+    err = (out.double() - ref_out).norm() / ref_out.norm()
+    assert err < 5e-2  # Q and P in e4m3 (issue 5's bar)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.double()), finite)
+    assert (lse.double()[finite] - ref_lse[finite]).abs().max() < 5e-2
+    with pytest.raises(Exception, match="kv_scale"):
+        kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream)
+
+
 def test_wrong_tensor_is_a_value_error():
     q, cache, table, seqlens = make_problem(SEQLENS)
     plan = kbmla.Plan.create(CFG, SEQLENS)

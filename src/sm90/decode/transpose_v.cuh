@@ -81,11 +81,17 @@ __device__ __forceinline__ void transpose_chunks(const uint8_t* kv, uint8_t* vt,
   }
 }
 
-// The transposer warps write V^T rows 0..255 (consumer 0's half of P V); consumer 1
-// writes rows 256..511 itself while consumer 0 computes S and the softmax (it would
-// otherwise wait for P), so the transposer warps, whose issue rate bounds the kernel,
-// carry half the work.
-constexpr int kProducerChunks = kDv / 2 / 16;  // 16 of the 32 16-dim chunks
+// The transposer warps write V^T rows 0..16 kProducerChunks - 1; consumer 1 writes the
+// rest while consumer 0 computes S and the softmax (it would otherwise wait for P), so the
+// transposer warps, whose issue rate bounded the kernel, carry part of the work. Consumer
+// 1's rows are ordered before either PV by the kBarP barrier (each writer fences first);
+// consumer 0 waits vt_full for the transposer's. Measured split (uniform_B128_Sq1_H16,
+// fp8): 16 chunks 130.9 us, 12 127.0 us, 8 130.8 us (bench/NOTES.md).
+#ifndef KBMLA_FP8_PRODUCER_CHUNKS  // experiments only
+#define KBMLA_FP8_PRODUCER_CHUNKS 12
+#endif
+constexpr int kProducerChunks = KBMLA_FP8_PRODUCER_CHUNKS;  // of the 32 16-dim chunks
+static_assert(kProducerChunks % 4 == 0 && kProducerChunks >= 4 && kProducerChunks <= 16, "chunk split");
 
 // Walks the same items and blocks as the KV loader; per block: wait for the stage, write
 // its V^T half, fence the writes to the async proxy (wgmma reads them), signal vt_full,
