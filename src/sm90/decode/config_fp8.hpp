@@ -19,10 +19,10 @@
 //
 // Shared memory (bytes):
 //   Q        9 x [64 rows][64 cols] e4m3 = 36,864
-//   KV[3]    9 x [64 tokens][64 cols]    = 36,864 each
+//   KV[2]    9 x [64 tokens][64 cols]    = 36,864 each
 //   V^T[2]   [512 dims][64 tokens]       = 32,768 each
 //   P        [64 rows][64 tokens]        =  4,096
-//   barriers, flags, row statistics      ~1.4 KiB          = 218,5xx bytes.
+//   barriers, flags, row statistics      ~1.1 KiB          = 181,xxx bytes.
 #pragma once
 
 #include <cstdint>
@@ -37,25 +37,19 @@ constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;              // 36,864 (Q 
 constexpr uint32_t kVtBytes = kDv * kBlockTokens;                  // 32,768
 constexpr uint32_t kPBytes = kRowsPerCta * kBlockTokens;           // 4096
 constexpr int kTransposeWarps = 2;
-// Three KV stages (36 KiB each) keep as many bytes in flight per SM as the bf16 kernel's
-// two stages of 72 KiB less one third; V^T stays double-buffered (its own barriers).
-constexpr int kKvStages = 3;
-constexpr int kVtBuffers = 2;
 constexpr int kTransposeThreads = 32 * kTransposeWarps;
 constexpr float kE4m3Max = 448.f;
 
 struct SmemLayout {
   static constexpr uint32_t q = 0;
   static constexpr uint32_t kv = q + kTileBytes;
-  static constexpr uint32_t vt = kv + kKvStages * kTileBytes;
-  static constexpr uint32_t p = vt + kVtBuffers * kVtBytes;
+  static constexpr uint32_t vt = kv + kStages * kTileBytes;
+  static constexpr uint32_t p = vt + kStages * kVtBytes;
   static constexpr uint32_t barriers = p + kPBytes;
-  // q_full, q_empty, full[kKvStages], empty[kKvStages], vt_full[kVtBuffers], vt_empty[kVtBuffers]
-  static constexpr uint32_t full = 2, empty = full + kKvStages, vt_full = empty + kKvStages,
-                            vt_empty = vt_full + kVtBuffers;
-  static constexpr uint32_t num_barriers = vt_empty + kVtBuffers;
+  // q_full, q_empty, full[kStages], empty[kStages], vt_full[kStages]
+  static constexpr uint32_t num_barriers = 2 + 3 * kStages;
   static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;
-  static constexpr uint32_t row_scale = stage_flags + 4 * kKvStages;
+  static constexpr uint32_t row_scale = stage_flags + 4 * kStages;
   static constexpr uint32_t row_stats = row_scale + 4 * kRowsPerCta;
   static constexpr uint32_t end = row_stats + 8 * 2 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;

@@ -24,10 +24,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
-  uint64_t* full = bars + SmemLayout::full;
-  uint64_t* empty = bars + SmemLayout::empty;
-  uint64_t* vt_full = bars + SmemLayout::vt_full;
-  uint64_t* vt_empty = bars + SmemLayout::vt_empty;
+  uint64_t* full = bars + 2;
+  uint64_t* empty = bars + 2 + kStages;
+  uint64_t* vt_full = bars + 2 + 2 * kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
   float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
@@ -69,8 +68,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     bool bad = false;
 
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kKvStages, buf = block_count % kVtBuffers;
-      Mbarrier::wait(full + stage, (block_count / kKvStages) & 1);
+      const int stage = block_count % kStages;
+      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       float alpha0, alpha1;
@@ -146,10 +145,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       } else {
         // Consumer 1's half of V^T (rows 256..511), fenced for its own wgmma; the kBarP
         // barrier below orders every thread's writes before the warpgroup issues it.
-        // Safe to overwrite: consumer 0 finished its P V of two blocks ago before it reached
-        // the previous block's kBarP, which this warpgroup has passed.
         transpose_chunks<kProducerChunks, kDv / 16, 128>(smem + SmemLayout::kv + stage * kTileBytes,
-                                                        smem + SmemLayout::vt + buf * kVtBytes, tid,
+                                                        smem + SmemLayout::vt + stage * kVtBytes, tid,
                                                         it.seqlen - blk * kBlockTokens);
         fence_view_async_shared();
         named_sync(kBarP, kConsumerThreads);
@@ -166,8 +163,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         }
       }
       // O (64 x 256) += P (64 x 64) V[:, 256 wg ..]: 2 k-steps of 32 tokens over V^T.
-      if constexpr (kSoftmaxOwner) Mbarrier::wait(vt_full + buf, (block_count / kVtBuffers) & 1);
-      const uint32_t vt_stage = vt_addr + buf * kVtBytes + wg * 256 * 64;
+      if constexpr (kSoftmaxOwner) Mbarrier::wait(vt_full + stage, (block_count / kStages) & 1);
+      const uint32_t vt_stage = vt_addr + stage * kVtBytes + wg * 256 * 64;
       wgmma_fence();
       fence_accumulators(o);
 #pragma unroll
@@ -178,10 +175,6 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       wgmma_wait<0>();
       fence_accumulators(o);
       if constexpr (!kSoftmaxOwner) named_arrive(kBarPFree, kConsumerThreads);
-      if constexpr (kSoftmaxOwner) {  // V^T buffer free for the transposer warps
-        __syncwarp();
-        if (lane == 0) Mbarrier::arrive(vt_empty + buf);
-      }
       release_stage(empty + stage, lane, p.cluster_size);
     }
     Mbarrier::arrive(q_empty);

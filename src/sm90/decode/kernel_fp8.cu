@@ -27,14 +27,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(&kv_map);
     Mbarrier::init(bars + 0, 1);                  // q_full: the Q loader's expect_tx
     Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
-    for (int s = 0; s < kKvStages; ++s) {
-      Mbarrier::init(bars + SmemLayout::full + s, 1);
+    for (int s = 0; s < kStages; ++s) {
+      Mbarrier::init(bars + 2 + s, 1);  // full
       // empty: every consumer and transposer warp of every CTA that receives the stage
-      Mbarrier::init(bars + SmemLayout::empty + s, (kConsumerWarps + kTransposeWarps) * p.cluster_size);
-    }
-    for (int s = 0; s < kVtBuffers; ++s) {
-      Mbarrier::init(bars + SmemLayout::vt_full + s, kTransposeThreads);
-      Mbarrier::init(bars + SmemLayout::vt_empty + s, kConsumerWarps / 2);  // consumer 0's warps, after P V
+      Mbarrier::init(bars + 2 + kStages + s, (kConsumerWarps + kTransposeWarps) * p.cluster_size);
+      Mbarrier::init(bars + 2 + 2 * kStages + s, kTransposeThreads);  // vt_full
     }
     cutlass::arch::fence_barrier_init();
   }

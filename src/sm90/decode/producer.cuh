@@ -18,14 +18,12 @@ struct Bf16Smem {
   static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
   static constexpr uint32_t kBoxRowBytes = 128;
   static constexpr uint32_t kStageBytes = kTileBytes;
-  static constexpr int kStages = sm90::kStages;
 };
 struct Fp8Smem {
   using Layout = fp8::SmemLayout;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
   static constexpr uint32_t kStageBytes = fp8::kTileBytes;
-  static constexpr int kStages = fp8::kKvStages;
 };
 
 // Paged bf16 loader for page sizes 2^k in 1..256, run by all 32 lanes of producer warp 0.
@@ -217,7 +215,6 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   using Layout = typename Smem::Layout;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
   uint64_t* full = bars + 2;
-  constexpr int kStages = Smem::kStages;
   uint64_t* empty = bars + 2 + kStages;
   volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + Layout::stage_flags);
   const int lane = threadIdx.x % 32;

@@ -93,16 +93,14 @@ __device__ __forceinline__ void transpose_chunks(const uint8_t* kv, uint8_t* vt,
 constexpr int kProducerChunks = KBMLA_FP8_PRODUCER_CHUNKS;  // of the 32 16-dim chunks
 static_assert(kProducerChunks % 4 == 0 && kProducerChunks >= 4 && kProducerChunks <= 16, "chunk split");
 
-// Walks the same items and blocks as the KV loader; per block: wait for the stage and for
-// the V^T buffer (vt_empty), write its V^T rows, fence the writes to the async proxy (wgmma
-// reads them), signal vt_full, release the stage (its empty barrier counts the transposer
-// warps too).
+// Walks the same items and blocks as the KV loader; per block: wait for the stage, write
+// its V^T half, fence the writes to the async proxy (wgmma reads them), signal vt_full,
+// release the stage (its empty barrier counts the transposer warps too).
 __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
-  uint64_t* full = bars + SmemLayout::full;
-  uint64_t* empty = bars + SmemLayout::empty;
-  uint64_t* vt_full = bars + SmemLayout::vt_full;
-  uint64_t* vt_empty = bars + SmemLayout::vt_empty;
+  uint64_t* full = bars + 2;
+  uint64_t* empty = bars + 2 + kStages;
+  uint64_t* vt_full = bars + 2 + 2 * kStages;
   const int tid = threadIdx.x - 64;  // 0..63
   const int lane = threadIdx.x % 32;
   int block_count = 0;
@@ -110,19 +108,16 @@ __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t*
     const Item it = resolve_item(p, w);
     if (!it.run) return;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kKvStages, buf = block_count % kVtBuffers;
-      Mbarrier::wait(full + stage, (block_count / kKvStages) & 1);
-      // V^T buffer `buf` was last read by consumer 0's P V two blocks ago (consumer 1 only
-      // reads rows this role does not write).
-      Mbarrier::wait(vt_empty + buf, ((block_count / kVtBuffers) & 1) ^ 1);
+      const int stage = block_count % kStages;
+      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       const int valid = min(kBlockTokens, it.seqlen - blk * kBlockTokens);
       const uint8_t* kv = smem + SmemLayout::kv + stage * kTileBytes;
-      uint8_t* vt = smem + SmemLayout::vt + buf * kVtBytes;
+      uint8_t* vt = smem + SmemLayout::vt + stage * kVtBytes;
 #ifndef KBMLA_EXPERIMENT_SKIP_TRANSPOSE
       transpose_chunks<0, kProducerChunks, kTransposeThreads>(kv, vt, tid, valid);
 #endif
       fence_view_async_shared();
-      Mbarrier::arrive(vt_full + buf);
+      Mbarrier::arrive(vt_full + stage);
       release_stage(empty + stage, lane, p.cluster_size);
     }
   });
