@@ -37,6 +37,9 @@ constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;              // 36,864 (Q 
 constexpr uint32_t kVtBytes = kDv * kBlockTokens;                  // 32,768
 constexpr uint32_t kPBytes = kRowsPerCta * kBlockTokens;           // 4096
 constexpr int kTransposeWarps = 2;
+// Two KV stages: three (36 KiB each, V^T double-buffered behind its own barriers; f48fa29)
+// measured the same (uniform_B128_Sq1_H16 129.8 vs 127.0 us, B64_L32768 460.5 vs 454.2):
+// the bytes in flight are not what limits this kernel (bench/NOTES.md, v12).
 constexpr int kTransposeThreads = 32 * kTransposeWarps;
 constexpr float kE4m3Max = 448.f;
 
@@ -57,6 +60,7 @@ struct SmemLayout {
 static_assert(SmemLayout::kv % 1024 == 0 && SmemLayout::vt % 1024 == 0 && SmemLayout::p % 1024 == 0,
               "swizzled tiles need 1024-byte alignment");
 static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
 
 // The transposer's loop keeps 16 words of a 4-token x 16-dim unit live on top of the walk:
 // more than 40 registers. The consumers' 224 compile without spills (bench/NOTES.md).
