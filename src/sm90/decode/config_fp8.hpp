@@ -5,15 +5,18 @@
 //
 // fp8 wgmma takes both operands K-major from shared memory. Q, K and P are K-major as
 // they come (d, resp. tokens, contiguous); V (B of P V, N = the 512 dims, K = the tokens)
-// is not: the cache holds dims contiguous. Two producer warps therefore transpose each
-// stage's V part into a [512 dims][64 tokens] tile (V^T) while the consumers compute S.
+// is not: the cache holds dims contiguous. Each stage's V part is therefore transposed
+// into a [512 dims][64 tokens] tile (V^T), by two producer warps and by consumer 1 while
+// consumer 0 computes S (transpose_v.cuh); that transposition is what limits the kernel
+// (bench/NOTES.md, v12-v13).
 //
 // Roles (384 threads, one CTA per SM):
 //   warpgroup 0  producer: warp 0 streams the KV stages (TMA), thread 32 the Q tiles,
-//                warps 2-3 transpose V of each stage into V^T and zero its tail tokens
+//                warps 2-3 transpose the first V^T rows of each stage, zeroing tail tokens
 //   warpgroup 1  consumer 0: S = Q K^T (64 x 64, 18 k-steps of 32), online softmax, P
 //                (e4m3) and the per-row rescale factors to shared memory; O columns 0..255
-//   warpgroup 2  consumer 1: O columns 256..511
+//   warpgroup 2  consumer 1: the other V^T rows (while consumer 0 computes S), then O
+//                columns 256..511
 // Every tile has 64-byte rows and the 64-byte swizzle (16-byte chunk index XOR bits 7..8
 // of the address, i.e. (row / 2) % 4 for 64-byte rows).
 //
@@ -63,14 +66,10 @@ static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit p
 static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
 
 // The transposer's loop keeps 16 words of a 4-token x 16-dim unit live on top of the walk:
-// more than 40 registers. The consumers' 224 compile without spills (bench/NOTES.md).
-#ifdef KBMLA_FP8_REGS_56
-constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;
-#else
+// it spilled at 56 registers; 72/216 compiles without spills and measured faster than
+// 56/224 (uniform_B64_Sq1_H16 fp8 580.9 vs 617.0 us, bench/NOTES.md).
 constexpr int kProducerRegs = 72;
 constexpr int kConsumerRegs = 216;
-#endif
 static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
 
 }  // namespace kbmla::sm90::fp8

@@ -143,8 +143,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         fence_view_async_shared();
         named_sync(kBarP, kConsumerThreads);
       } else {
-        // Consumer 1's half of V^T (rows 256..511), fenced for its own wgmma; the kBarP
-        // barrier below orders every thread's writes before the warpgroup issues it.
+        // Consumer 1's share of V^T (rows 16 kProducerChunks..511), fenced for the async
+        // proxy; the kBarP barrier below orders every writer's rows before either P V.
         transpose_chunks<kProducerChunks, kDv / 16, 128>(smem + SmemLayout::kv + stage * kTileBytes,
                                                         smem + SmemLayout::vt + stage * kVtBytes, tid,
                                                         it.seqlen - blk * kBlockTokens);

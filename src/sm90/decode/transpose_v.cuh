@@ -1,8 +1,9 @@
-// V transposer of the fp8 kernel (producer warps 2 and 3): for each KV stage, writes the
-// V part (dims 0..511 of the 64 tokens) as V^T [512 dims][64 tokens] e4m3 with 64-byte
-// rows and the 64-byte swizzle, the K-major B operand of the P V wgmma. Tokens at or past
-// the request's seqlen are written as zeros (the stage may hold anything there: NaN
-// pages, stale rows), so P = 0 times V stays 0. See config_fp8.hpp.
+// V transposition of the fp8 kernel: for each KV stage, the V part (dims 0..511 of the 64
+// tokens) becomes V^T [512 dims][64 tokens] e4m3 with 64-byte rows and the 64-byte
+// swizzle, the K-major B operand of the P V wgmma. Producer warps 2 and 3 write the first
+// rows, consumer 1 the rest (kProducerChunks). Tokens at or past the request's seqlen are
+// written as zeros (the stage may hold anything there: NaN pages, stale rows), so P = 0
+// times V stays 0. See config_fp8.hpp.
 #pragma once
 
 #include "src/sm90/decode/config_fp8.hpp"
@@ -31,8 +32,9 @@ __device__ __forceinline__ void transpose4x4(const uint32_t (&w)[4], uint32_t (&
 // V^T rows of the 16-dim chunks [kChunkBegin, kChunkEnd) by kThreadsHere threads. One
 // thread's part: token group a (tokens 4a..4a+3) of chunks c0, c0 + kThreadsHere / 16, ...,
 // each read as 4 x 16 bytes (one chunk of each token row) and written as 16 words (V^T
-// rows 16c..16c+15 at token 4a). Thread tid: a = tid % 16, c0 = kChunkBegin + tid / 16. Issue cost is what limits this role (one warp-instruction
-// moves 4 bytes a lane on the store side), hence 16-byte loads and per-thread constants.
+// rows 16c..16c+15 at token 4a). Thread tid: a = tid % 16, c0 = kChunkBegin + tid / 16.
+// Issue cost is what limits this work (a store moves 4 bytes a lane), hence 16-byte loads
+// (4x4-byte units measured 1.7x slower) and one chunk per loop step (more spilled).
 // Banks: the 8 lanes of a 16-byte load phase (a = 8h..8h+7, one chunk) read 16-byte group
 // (t % 2) 4 + (chunk ^ (t / 2) % 4); lanes with (a / 2) odd load their tokens in the order
 // 1, 0, 3, 2 so both parities occur: 2-way instead of 4-way. Stores of a warp: V^T row
@@ -94,7 +96,7 @@ constexpr int kProducerChunks = KBMLA_FP8_PRODUCER_CHUNKS;  // of the 32 16-dim 
 static_assert(kProducerChunks % 4 == 0 && kProducerChunks >= 4 && kProducerChunks <= 16, "chunk split");
 
 // Walks the same items and blocks as the KV loader; per block: wait for the stage, write
-// its V^T half, fence the writes to the async proxy (wgmma reads them), signal vt_full,
+// its V^T rows, fence the writes to the async proxy (wgmma reads them), signal vt_full,
 // release the stage (its empty barrier counts the transposer warps too).
 __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
@@ -113,9 +115,7 @@ __device__ __forceinline__ void run_v_transposer(const DecodeParams& p, uint8_t*
       const int valid = min(kBlockTokens, it.seqlen - blk * kBlockTokens);
       const uint8_t* kv = smem + SmemLayout::kv + stage * kTileBytes;
       uint8_t* vt = smem + SmemLayout::vt + stage * kVtBytes;
-#ifndef KBMLA_EXPERIMENT_SKIP_TRANSPOSE
       transpose_chunks<0, kProducerChunks, kTransposeThreads>(kv, vt, tid, valid);
-#endif
       fence_view_async_shared();
       Mbarrier::arrive(vt_full + stage);
       release_stage(empty + stage, lane, p.cluster_size);
