@@ -10,6 +10,8 @@ Plans and caches are C++ objects: they enter the op as integer handles from hand
 which keeps them alive until release(). The GPU tests (python/tests/test_gpu.py) cover
 eager, graph capture and torch.compile.
 """
+from typing import Optional
+
 import torch
 
 from . import _kbmla
@@ -30,11 +32,14 @@ def release(obj) -> None:
 
 @torch.library.custom_op("kbmla::decode", mutates_args=("out", "lse", "workspace"), device_types="cuda")
 def decode(q: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor, out: torch.Tensor,
-           lse: torch.Tensor, workspace: torch.Tensor, plan: int, cache: int) -> None:
+           lse: torch.Tensor, workspace: torch.Tensor, plan: int, cache: int,
+           kv_scale: Optional[torch.Tensor] = None) -> None:
+    """kv_scale: the fp32 [1] scale of an fp8 cache (None for bf16)."""
     stream = torch.cuda.current_stream(q.device).cuda_stream
-    _kbmla.decode(_objects[plan], _objects[cache], q, block_table, seqlens, out, lse, workspace, stream)
+    _kbmla.decode(_objects[plan], _objects[cache], q, block_table, seqlens, out, lse, workspace, stream,
+                  kv_scale=kv_scale)
 
 
 @decode.register_fake
-def _decode_fake(q, block_table, seqlens, out, lse, workspace, plan, cache):
+def _decode_fake(q, block_table, seqlens, out, lse, workspace, plan, cache, kv_scale=None):
     return None

@@ -115,6 +115,14 @@ def test_fp8_cache_matches_the_dequantised_reference():
     assert (lse.double()[finite] - ref_lse[finite]).abs().max() < 5e-2
     with pytest.raises(Exception, match="kv_scale"):
         kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream)
+    # The torch custom op passes the scale through: the same bits.
+    out2, lse2, ws2 = buffers(q, plan)
+    ph, ch = kops.handle(plan), kops.handle(kv)
+    torch.ops.kbmla.decode(q, table, seqlens, out2, lse2, ws2, ph, ch, kv_scale=kv_scale)
+    torch.cuda.synchronize()
+    kops.release(plan)
+    kops.release(kv)
+    assert torch.equal(out2, out) and torch.equal(lse2, lse)
 
 
 def test_wrong_tensor_is_a_value_error():
