@@ -167,6 +167,35 @@ TEST(DecodeArgsChecks, QMustFlattenToOneRowStride) {
             std::string::npos);
 }
 
+TEST(DecodeArgsChecks, QSourceOfTheFp8Quantiser) {
+  // The fp8 path reads Q through check_q (the quantiser takes raw rows, not TMA maps):
+  // the same checks, and the row strides it hands the quantiser.
+  DecodeConfig c;
+  c.heads = 16;
+  c.q_len = 2;
+  c.softmax_scale = 0.1f;
+  c.kv_dtype = KvDtype::kFp8E4m3;
+  alignas(16) static char buf[64];
+  DecodeArgs a;
+  a.q = buf;
+  detail::QSource q = detail::check_q(c, 3, a);
+  EXPECT_FALSE(q.split);
+  EXPECT_EQ(q.latent_cols, 576);
+  EXPECT_EQ(q.rows, 3 * 2 * 16);
+  EXPECT_EQ(q.q_row, 576);
+  // q_nope rows inside a wider buffer, q_pe dense.
+  a.q_pe = buf;
+  a.q_strides = {2 * 16 * 640, 16 * 640, 640};
+  q = detail::check_q(c, 3, a);
+  EXPECT_TRUE(q.split);
+  EXPECT_EQ(q.latent_cols, 512);
+  EXPECT_EQ(q.q_row, 640);
+  EXPECT_EQ(q.pe_row, 64);
+  a.q = buf + 8;  // not 16-byte aligned
+  EXPECT_NE(error_of([&] { detail::check_q(c, 3, a); }).find("q must be a non-null, 16-byte aligned"),
+            std::string::npos);
+}
+
 TEST(Dcp, PartialLayoutAndMergeChecks) {
   const DcpPartialLayout l = dcp_partial_layout(3, 4, 16);
   EXPECT_EQ(l.out_offset, 0u);

@@ -67,6 +67,8 @@ TEST(DecodeConfig, RejectsUnsupportedValuesNamingThem) {
                "page_size (512) is not supported; supported: powers of two 1..256");
   expect_error(with([](DecodeConfig& c) { c.page_size = 0; }),
                "page_size (0) is not supported; supported: powers of two 1..256");
+  expect_error(with([](DecodeConfig& c) { c.kv_dtype = static_cast<KvDtype>(7); }),
+               "kv_dtype (7) is not one of kBFloat16, kFp8E4m3");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = 0.f; }), "softmax_scale (0)");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = std::numeric_limits<float>::quiet_NaN(); }),
                "softmax_scale");
