@@ -1,7 +1,8 @@
-// Producer role: two threads of the producer warpgroup walk the same items as the
-// consumers; one keeps the KV stage ring fed by TMA, the other loads each item's Q tile.
-// PagedKvLoader maps (request, KV block) to TMA boxes for every page size and flags
-// blocks it cannot load; it is the extension point for other cache dtypes (issue 5).
+// Producer role: warps of the producer warpgroup walk the same items as the consumers.
+// Warp 0 keeps the KV stage ring fed (TMA boxes, or a cp.async row gather for small
+// pages), one thread of warp 1 loads each item's Q tile; in the fp8 kernel warps 2-3 also
+// transpose V (transpose_v.cuh). PagedKvLoader maps (request, KV block) to loads for every
+// page size and cache dtype and flags blocks it cannot load.
 #pragma once
 
 #include "src/sm90/decode/config_fp8.hpp"
@@ -26,19 +27,21 @@ struct Fp8Smem {
   static constexpr uint32_t kStageBytes = fp8::kTileBytes;
 };
 
-// Paged bf16 loader for page sizes 2^k in 1..256, run by all 32 lanes of producer warp 0.
+// Paged loader of bf16 or e4m3 rows for page sizes 2^k in 1..256, run by all 32 lanes of
+// producer warp 0.
 // A KV block is 64 tokens:
 //  - pages of 64 or more tokens: the cache is viewed as 64-token parts ("virtual pages",
 //    entry * (page_size / 64) + block % (page_size / 64)); lane 0 issues one box per 64
 //    columns;
 //  - smaller pages: a block spans 64 / page_size pages; lane k loads page k (and k + 32
 //    for pages of one token) as boxes of page_size rows at row page_size * k of the
-//    stage. The 128-byte swizzle is a function of the shared-memory address, so row r of
-//    each box lands where the wgmma descriptors expect it. Pages past the request's last
+//    stage. The swizzle (128-byte for bf16 rows, 64-byte for e4m3) is a function of the
+//    shared-memory address, so row r of each box lands where the wgmma descriptors expect
+//    it (TMA needs 128-byte aligned destinations: one-token e4m3 pages are gathered). Pages past the request's last
 //    token are not loaded (their block-table entries need not be valid); the barrier
 //    expects only the bytes that come, and the consumers mask (S) and zero (V) the stage
 //    rows past the last token whatever they hold.
-// Register budget: the producer has 40 registers. Spreading the pages over the lanes
+// Register budget: the bf16 kernel's producer has 40 registers. Spreading the pages over the lanes
 // keeps one block-table entry per lane live across the stage wait and no loop state (a
 // one-thread loop over the pages spilled 20-76 bytes).
 // QkBoxes 64-column boxes per row (9 for d_qk 576, 8 for 512; the stage has room for 9).
