@@ -1,7 +1,8 @@
 // Compile-time configuration of the sm_90a bf16 MLA decode kernel (d_qk 576, d_v 512).
 //
 // Roles (384 threads, one CTA per SM):
-//   warpgroup 0  producer: thread 0 streams the KV stages, thread 32 the Q tiles (TMA)
+//   warpgroup 0  producer: warp 0 streams the KV stages (TMA; cp.async for pages below 8
+//                tokens), thread 32 the Q tiles (TMA)
 //   warpgroup 1  consumer 0: S = Q K^T of the block (64 x 64), online softmax, P and the
 //                per-row rescale factors to shared memory; O columns 0..255
 //   warpgroup 2  consumer 1: O columns 256..511 from the shared P and factors
@@ -36,7 +37,7 @@
 namespace kbmla::sm90 {
 
 constexpr int kRowsPerCta = 64;      // wgmma M
-constexpr int kBlockTokens = 64;     // KV tokens per stage (= page size supported here)
+constexpr int kBlockTokens = 64;     // KV tokens per stage (the planner's block; pages 1..256 map onto it)
 constexpr int kDqk = 576;
 constexpr int kDqkNoRope = 512;      // MLA without the rope part: K is the latent (= V)
 constexpr int kDv = 512;
