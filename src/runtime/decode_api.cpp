@@ -454,13 +454,15 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   sm90::QMaps q_maps;
   int q_pe_col = 0;
   float* q_scale = nullptr;
+  sm90::QuantizeQArgs quantize{};
   if (fp8) {
-    // Q to e4m3 per row, into the workspace, ahead of the decode on the same stream.
+    // Q to e4m3 per row, into the workspace; launched ahead of the decode on the same
+    // stream once every host check has passed.
     const detail::QSource q = detail::check_q(c, B, a);
     const Fp8QArea area = fp8_q_area(h, c);
     uint8_t* q8 = ws_base + area.q8_offset;
     q_scale = reinterpret_cast<float*>(ws_base + area.scale_offset);
-    sm90::launch_quantize_q({a.q, q.q_row, a.q_pe, q.pe_row, int(q.latent_cols), c.d_qk, q.rows, q8, q_scale}, stream);
+    quantize = {a.q, q.q_row, a.q_pe, q.pe_row, int(q.latent_cols), c.d_qk, q.rows, q8, q_scale};
     detail::fp8_q_maps_for(c, q.rows, q8, P.q_maps, q_maps, q_pe_col);
   } else {
     detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col);
@@ -530,6 +532,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   if (grid.x > 0) {
     const CUtensorMap& kv_map = *reinterpret_cast<const CUtensorMap*>(cache.tensor_map());
     if (fp8) {
+      sm90::launch_quantize_q(quantize, stream);
       sm90::launch_decode_fp8(q_maps, kv_map, p, grid, stream);
     } else {
       sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
