@@ -33,6 +33,10 @@ using detail::aligned;
 using detail::encode_bf16_map;
 using detail::encode_map;
 
+bool supported_page_size(int page_size) {
+  return page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0;
+}
+
 }  // namespace
 
 const char* policy_name(Policy p) {
@@ -49,8 +53,8 @@ void validate_config(const DecodeConfig& c) {
   require(c.q_len >= 1 && c.q_len <= 16, "decode: q_len (", c.q_len, ") must be in 1..16");
   require(c.d_qk == 576 || c.d_qk == 512, "decode: d_qk (", c.d_qk, ") is not supported; supported: 576, 512");
   require(c.d_v == 512, "decode: d_v (", c.d_v, ") is not supported; supported: 512");
-  require(c.page_size >= 1 && c.page_size <= 256 && (c.page_size & (c.page_size - 1)) == 0, "decode: page_size (",
-          c.page_size, ") is not supported; supported: powers of two 1..256");
+  require(supported_page_size(c.page_size), "decode: page_size (", c.page_size,
+          ") is not supported; supported: powers of two 1..256");
   require(c.kv_dtype == KvDtype::kBFloat16 || c.kv_dtype == KvDtype::kFp8E4m3, "decode: kv_dtype (",
           int(c.kv_dtype), ") is not one of kBFloat16, kFp8E4m3");
   require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
@@ -348,8 +352,8 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
   require(aligned(data, 16), "KvCache: data must be 16-byte aligned for TMA");
   require(num_pages >= 1 && num_pages <= (int64_t{1} << 31) - 1, "KvCache: num_pages (", num_pages,
           ") must be in 1..2^31-1");
-  require(page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0, "KvCache: page_size (",
-          page_size, ") is not supported; supported: powers of two 1..256");
+  require(supported_page_size(page_size), "KvCache: page_size (", page_size,
+          ") is not supported; supported: powers of two 1..256");
   require(num_pages <= (int64_t{1} << 31) / std::max(1, page_size / 64), "KvCache: num_pages (", num_pages,
           ") x page_size / 64 must be < 2^31 (pages are addressed in 64-token parts)");
   require(d_qk == 576 || d_qk == 512, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576, 512");

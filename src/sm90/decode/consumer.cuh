@@ -45,6 +45,94 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, in
   }
 }
 
+// The pieces of the online softmax both kernels' consumers share (bf16 here, e4m3 in
+// consumer_fp8.cuh); s is the S fragment of rows r0 (s[4i+0..1]) and r1 (s[4i+2..3]).
+
+// Mask (causal and seqlen tail) only where some row of the warp sees a masked key; most
+// blocks are fully visible and skip the 32 compares.
+__device__ __forceinline__ void mask_invisible_keys(float (&s)[32], int blk, int col_pair, int vis0, int vis1) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const int key0 = blk * kBlockTokens + col_pair;
+  if (__any_sync(0xffffffff, (blk + 1) * kBlockTokens > min(vis0, vis1))) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int key = key0 + 8 * i + e;
+        if (key >= vis0) s[4 * i + e] = neg_inf;
+        if (key >= vis1) s[4 * i + 2 + e] = neg_inf;
+      }
+    }
+  }
+}
+
+// The block's maxima of raw S for rows r0 and r1 (over the quad that holds each row).
+__device__ __forceinline__ void block_row_max(const float (&s)[32], float& mx0, float& mx1) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  mx0 = neg_inf;
+  mx1 = neg_inf;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
+  }
+  mx0 = quad_max(mx0);
+  mx1 = quad_max(mx1);
+}
+
+// Lazy rescaling: the reference max m moves only when the block's max bm exceeds it by
+// more than kRescaleSlack (log2 units), so P <= 2^kRescaleSlack (exact enough in bf16 and
+// in e4m3, no overflow of the fp32 sums) and most blocks leave O alone (alpha = 1): the
+// 128-multiply rescale of O was the largest item between S and PV. Returns O's factor
+// (0 when m was -inf: O and l are still 0).
+__device__ __forceinline__ float lazy_rescale(float bm, float& m) {
+  if (bm > m + kRescaleSlack) {
+    const float alpha = fast_exp2(m - bm);
+    m = bm;
+    return alpha;
+  }
+  return 1.f;
+}
+
+// The exp2 offset of a row: -m, or 0 for a row that has seen no key (m = -inf), so exp2
+// gives 0, not NaN.
+__device__ __forceinline__ float neg_base(float m) { return m == -__int_as_float(0x7f800000) ? 0.f : -m; }
+
+// O rows r0 / r1 times the block's factors (most blocks: both 1, skipped).
+__device__ __forceinline__ void rescale_o(float (&o)[128], float alpha0, float alpha1) {
+  if (__any_sync(0xffffffff, alpha0 != 1.f || alpha1 != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o[4 * i + 0] *= alpha0;
+      o[4 * i + 1] *= alpha0;
+      o[4 * i + 2] *= alpha1;
+      o[4 * i + 3] *= alpha1;
+    }
+  }
+}
+
+// Consumer 0 at the end of an item: its quads' partial sums reduced, (max, sum) of rows
+// r0 / r1 published for both consumers' epilogues.
+__device__ __forceinline__ void publish_row_stats(float2* stats, int lane, int r0, int r1, float m0, float m1,
+                                                  float l0, float l1) {
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
+  if (lane % 4 == 0) {
+    stats[r0] = make_float2(m0, l0);
+    stats[r1] = make_float2(m1, l1);
+  }
+}
+
+// --balance instrumentation: this CTA's {start ns, end ns, SM, items}.
+__device__ __forceinline__ void record_timeline(const DecodeParams& p, unsigned long long start_ns, int items) {
+  unsigned long long* rec =
+      p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
+  rec[0] = start_ns;
+  rec[1] = global_timer_ns();
+  rec[2] = sm_id();
+  rec[3] = items;
+}
+
 // kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns
 // 256..511). Two instantiations, so each role's wgmma sequence is straight-line code
 // (a role test around wgmma makes ptxas serialise them, warning C7520).
@@ -115,44 +203,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         wgmma_wait<0>();
         fence_accumulators(s);
 
-        // Mask (causal and seqlen tail) only where some row of the warp sees a masked key;
-        // most blocks are fully visible and skip the 32 compares.
-        const int key0 = blk * kBlockTokens + col_pair;
-        if (__any_sync(0xffffffff, (blk + 1) * kBlockTokens > min(vis0, vis1))) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key0 + 8 * i + e;
-              if (key >= vis0) s[4 * i + e] = neg_inf;
-              if (key >= vis1) s[4 * i + 2 + e] = neg_inf;
-            }
-          }
-        }
-        float mx0 = neg_inf, mx1 = neg_inf;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
-          mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-        }
-        // Lazy rescaling: the reference max m moves only when the block's max exceeds it by
-        // more than kRescaleSlack (log2 units), so P <= 2^kRescaleSlack (exact enough in
-        // bf16, no overflow of the fp32 sums) and most blocks leave O alone (alpha = 1):
-        // the 128-multiply rescale of O was the largest item between S and PV.
-        const float bm0 = quad_max(mx0) * p.scale_log2, bm1 = quad_max(mx1) * p.scale_log2;
-        alpha0 = 1.f;
-        alpha1 = 1.f;
-        if (bm0 > m0 + kRescaleSlack) {
-          alpha0 = fast_exp2(m0 - bm0);  // 0 when m0 = -inf (O and l are still 0)
-          m0 = bm0;
-        }
-        if (bm1 > m1 + kRescaleSlack) {
-          alpha1 = fast_exp2(m1 - bm1);
-          m1 = bm1;
-        }
-        // A row that has seen no key keeps m = -inf; subtract 0 then so exp2 gives 0, not NaN.
-        const float neg_base0 = m0 == neg_inf ? 0.f : -m0;
-        const float neg_base1 = m1 == neg_inf ? 0.f : -m1;
+        mask_invisible_keys(s, blk, col_pair, vis0, vis1);
+        float mx0, mx1;
+        block_row_max(s, mx0, mx1);
+        alpha0 = lazy_rescale(mx0 * p.scale_log2, m0);
+        alpha1 = lazy_rescale(mx1 * p.scale_log2, m1);
+        const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
         const int tail_row = it.seqlen - blk * kBlockTokens;
         if (tail_row < kBlockTokens) zero_tail_rows(smem + SmemLayout::kv + stage * kTileBytes, tail_row, tid);
         // Consumer 1 must be done with the previous block's P and factors.
@@ -185,15 +241,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         alpha0 = row_scale[r0];
         alpha1 = row_scale[r1];
       }
-      if (__any_sync(0xffffffff, alpha0 != 1.f || alpha1 != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o[4 * i + 0] *= alpha0;
-          o[4 * i + 1] *= alpha0;
-          o[4 * i + 2] *= alpha1;
-          o[4 * i + 3] *= alpha1;
-        }
-      }
+      rescale_o(o, alpha0, alpha1);
       // O (64 x 256) += P (64 x 64) V[:, 256 wg .. 256 wg + 255], 4 k-steps of 16 tokens.
       wgmma_fence();
       fence_accumulators(o);
@@ -212,26 +260,13 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
 
     // Row statistics: consumer 0 reduces its quads' partial sums and publishes (max, sum).
     float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
-    if constexpr (softmax_owner) {
-      l0 = quad_sum(l0);
-      l1 = quad_sum(l1);
-      if (lane % 4 == 0) {
-        stats[r0] = make_float2(m0, l0);
-        stats[r1] = make_float2(m1, l1);
-      }
-    }
+    if constexpr (softmax_owner) publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1);
     named_sync(kBarRowStats, kConsumerThreads);
     const float2 st0 = stats[r0], st1 = stats[r1];
     write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
     write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
   }
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) {
-    unsigned long long* rec = p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
-    rec[0] = start_ns;
-    rec[1] = global_timer_ns();
-    rec[2] = sm_id();
-    rec[3] = item_count;
-  }
+  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline(p, start_ns, item_count);
   // Consume consumer 1's arrival after the last block, so no barrier is left half-done.
   if constexpr (Mode != KernelMode::kLoadOnly) {
     if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);

@@ -86,38 +86,13 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         wgmma_wait<0>();
         fence_accumulators(s);
 
-        const int key0 = blk * kBlockTokens + col_pair;
-        if (__any_sync(0xffffffff, (blk + 1) * kBlockTokens > min(vis0, vis1))) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key0 + 8 * i + e;
-              if (key >= vis0) s[4 * i + e] = neg_inf;
-              if (key >= vis1) s[4 * i + 2 + e] = neg_inf;
-            }
-          }
-        }
-        float mx0 = neg_inf, mx1 = neg_inf;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          mx0 = fmaxf(mx0, fmaxf(s[4 * i + 0], s[4 * i + 1]));
-          mx1 = fmaxf(mx1, fmaxf(s[4 * i + 2], s[4 * i + 3]));
-        }
-        // Lazy rescaling as in consumer.cuh (f0, f1 >= 0, so max(s) x f = max(s x f)).
-        const float bm0 = quad_max(mx0) * f0, bm1 = quad_max(mx1) * f1;
-        alpha0 = 1.f;
-        alpha1 = 1.f;
-        if (bm0 > m0 + kRescaleSlack) {
-          alpha0 = fast_exp2(m0 - bm0);
-          m0 = bm0;
-        }
-        if (bm1 > m1 + kRescaleSlack) {
-          alpha1 = fast_exp2(m1 - bm1);
-          m1 = bm1;
-        }
-        const float neg_base0 = m0 == neg_inf ? 0.f : -m0;
-        const float neg_base1 = m1 == neg_inf ? 0.f : -m1;
+        mask_invisible_keys(s, blk, col_pair, vis0, vis1);
+        // f0, f1 >= 0, so max(s) x f = max(s x f).
+        float mx0, mx1;
+        block_row_max(s, mx0, mx1);
+        alpha0 = lazy_rescale(mx0 * f0, m0);
+        alpha1 = lazy_rescale(mx1 * f1, m1);
+        const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
         if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
         float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -153,15 +128,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         alpha0 = row_scale[r0];
         alpha1 = row_scale[r1];
       }
-      if (__any_sync(0xffffffff, alpha0 != 1.f || alpha1 != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < 32; ++i) {
-          o[4 * i + 0] *= alpha0;
-          o[4 * i + 1] *= alpha0;
-          o[4 * i + 2] *= alpha1;
-          o[4 * i + 3] *= alpha1;
-        }
-      }
+      rescale_o(o, alpha0, alpha1);
       // O (64 x 256) += P (64 x 64) V[:, 256 wg ..]: 2 k-steps of 32 tokens over V^T.
       if constexpr (kSoftmaxOwner) Mbarrier::wait(vt_full + stage, (block_count / kStages) & 1);
       const uint32_t vt_stage = vt_addr + stage * kVtBytes + wg * 256 * 64;
@@ -181,14 +148,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     ++item_count;
 
     float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
-    if constexpr (kSoftmaxOwner) {
-      l0 = quad_sum(l0);
-      l1 = quad_sum(l1);
-      if (lane % 4 == 0) {
-        stats[r0] = make_float2(m0, l0);
-        stats[r1] = make_float2(m1, l1);
-      }
-    }
+    if constexpr (kSoftmaxOwner) publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1);
     named_sync(kBarRowStats, kConsumerThreads);
     const float2 st0 = stats[r0], st1 = stats[r1];
 #pragma unroll
@@ -196,14 +156,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
     write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
   }
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) {
-    unsigned long long* rec =
-        p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
-    rec[0] = start_ns;
-    rec[1] = global_timer_ns();
-    rec[2] = sm_id();
-    rec[3] = item_count;
-  }
+  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline(p, start_ns, item_count);
   if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
 }
 

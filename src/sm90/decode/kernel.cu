@@ -14,13 +14,9 @@ template <KernelMode Mode, int QkBoxes, bool kGatherRows>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
-  // Uniform over the grid (one header), so a cluster leaves together before any multicast.
-  if (p.plan_header != nullptr && p.plan_header->status != 0) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
-    return;
-  }
+  if (plan_failed(p)) return;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&q_maps.latent);
@@ -65,35 +61,47 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 namespace {
-template <KernelMode Mode, int QkBoxes, bool kGatherRows = false>
-void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
-                 cudaStream_t stream) {
-  static const cudaError_t attr_err = cudaFuncSetAttribute(mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>,
-                                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                           int(SmemLayout::alloc));
-  require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
-          cudaGetErrorString(attr_err));
+cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_bytes, cudaStream_t stream,
+                                  cudaLaunchAttribute& cluster) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = SmemLayout::alloc;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
+  cluster = cudaLaunchAttribute{};
   cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(p.cluster_size);
+  cluster.val.clusterDim.x = unsigned(cluster_size);
   cluster.val.clusterDim.y = 1;
   cluster.val.clusterDim.z = 1;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  require(grid.x % unsigned(p.cluster_size) == 0, "decode: grid.x (", grid.x, ") is not a multiple of the cluster size (",
-          p.cluster_size, ")");
-  const cudaError_t launch_err =
-      cudaLaunchKernelEx(&config, mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>, q_maps, kv_map, p);
-  require(launch_err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(launch_err));
-  const cudaError_t err = cudaGetLastError();
-  require(err == cudaSuccess, "decode: kernel launch failed: ", cudaGetErrorString(err));
+  return config;
+}
+
+template <KernelMode Mode, int QkBoxes, bool kGatherRows = false>
+void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+                 cudaStream_t stream) {
+  constexpr DecodeKernel kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode");
 }
 }  // namespace
+
+void launch_clustered(DecodeKernel kernel, uint32_t smem_bytes, cudaError_t attr_err, const QMaps& q_maps,
+                      const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
+                      const char* who) {
+  require(attr_err == cudaSuccess, who, ": cannot reserve ", smem_bytes, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  require(grid.x % unsigned(p.cluster_size) == 0, who, ": grid.x (", grid.x,
+          ") is not a multiple of the cluster size (", p.cluster_size, ")");
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, cluster);
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_map, p);
+  require(launch_err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(launch_err));
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(err));
+}
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
@@ -102,17 +110,9 @@ int max_active_clusters(int cluster_size) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(cluster_size));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = SmemLayout::alloc;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(cluster_size);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  cudaLaunchAttribute cluster;
+  const cudaLaunchConfig_t config = cluster_config(dim3(unsigned(cluster_size)), cluster_size, SmemLayout::alloc,
+                                                   nullptr, cluster);
   int clusters = 0;
   const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   require(err == cudaSuccess, "decode: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(err));

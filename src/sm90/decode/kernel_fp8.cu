@@ -15,12 +15,9 @@ template <int QkBoxes>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                           const __grid_constant__ DecodeParams p) {
-  if (p.plan_header != nullptr && p.plan_header->status != 0) {
-    if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
-    return;
-  }
+  if (plan_failed(p)) return;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&q_maps.latent);
@@ -70,26 +67,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int QkBoxes>
 void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream) {
-  static const cudaError_t attr_err = cudaFuncSetAttribute(
-      mla_decode_fp8_kernel<QkBoxes>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
-  require(attr_err == cudaSuccess, "decode (fp8): cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
-          cudaGetErrorString(attr_err));
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = SmemLayout::alloc;
-  config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(p.cluster_size);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  require(grid.x % unsigned(p.cluster_size) == 0, "decode (fp8): grid.x (", grid.x,
-          ") is not a multiple of the cluster size (", p.cluster_size, ")");
-  const cudaError_t launch_err = cudaLaunchKernelEx(&config, mla_decode_fp8_kernel<QkBoxes>, q_maps, kv_map, p);
-  require(launch_err == cudaSuccess, "decode (fp8): kernel launch failed: ", cudaGetErrorString(launch_err));
+  constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes>;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode (fp8)");
 }
 
 }  // namespace fp8

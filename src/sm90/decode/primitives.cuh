@@ -31,6 +31,12 @@ __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
 }
 
 // Generic-proxy shared-memory writes (P, zeroed V rows) before wgmma reads them.
+// The dynamic shared memory's base rounded up to 1024 bytes (swizzled tiles; the
+// layouts' alloc has the slack).
+__device__ __forceinline__ uint8_t* align_1024(uint8_t* raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+}
+
 // 16 bytes global -> shared without the register file (L2 only: the cache is streamed).
 __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_dst), "l"(gmem_src) : "memory");

@@ -46,6 +46,14 @@ class TileWalker {
   WorkListTileScheduler list_;
 };
 
+// A device-made plan that failed means no work: every CTA returns (the header is one for
+// the grid, so a cluster leaves together before any multicast); CTA 0 reports it.
+__device__ __forceinline__ bool plan_failed(const DecodeParams& p) {
+  if (p.plan_header == nullptr || p.plan_header->status == 0) return false;
+  if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
+  return true;
+}
+
 // Calls visit(tile) for every work tile of this CTA, the walk of TileWalker, but with one
 // loop per policy: only the active scheduler's state is live, which the producer's 40
 // registers need (holding both schedulers' state spilled there).
