@@ -91,7 +91,7 @@ std::vector<GpuCase> sweep_cases() {
     c.d_qk = 512;
     paged(2, c);
   }
-  // fp8 e4m3 cache (issue 5): the kernel with fp8 wgmma and the V transposer, every policy,
+  // fp8 e4m3 cache (issue 5): the kernel with fp8 wgmma (V^T from ldmatrix.trans), every policy,
   // 2-CTA clusters, q_len up to 16, d_qk 512, page sizes, splits and seqlen tails.
   auto fp8 = [&](GpuCase c) {
     c.fp8 = true;

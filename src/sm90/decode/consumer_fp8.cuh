@@ -1,18 +1,106 @@
-// Consumer roles of the fp8 kernel: as consumer.cuh (consumer 0 computes S and the online
-// softmax and hands P and the rescale factors to consumer 1; each adds P V for 256 columns),
-// with e4m3 operands. S of row r is scaled by softmax_scale x kv_scale x q_scale[r] (the
-// row's Q quantisation scale); P goes to shared memory as e4m3 (P <= 2^kRescaleSlack =
-// 256 < 448, the e4m3 maximum); O is multiplied by kv_scale before the epilogue.
-// Fragment layout of the fp32 accumulators: as in consumer.cuh.
+// Consumer roles of the fp8 kernel. Consumer 0 computes S = Q K^T (e4m3, M = the 64 rows)
+// and the online softmax as in consumer.cuh and hands P (e4m3, shared memory) and the
+// per-row rescale factors to consumer 1; each then adds O^T += V^T P^T for its 256 dims,
+// V^T taken from the stage into registers by ldmatrix.trans (config_fp8.hpp says why and
+// how the tokens and dims are ordered). S of row r is scaled by softmax_scale x kv_scale x
+// q_scale[r] (the row's Q quantisation scale); P <= 2^kRescaleSlack = 256 < 448, the e4m3
+// maximum; O is multiplied by kv_scale in the epilogue.
+//
+// O^T accumulators o[b] (b = 0..3: dims 256 wg + 64 b ..): lane l of warp w holds output
+// rows n = 8i + 2(l%4) + e (i < 8, e < 2) at dims 256 wg + 64 b + 16 w + 2(l/4) + {0, 1},
+// as o[b][4i + e] (even dim) and o[b][4i + 2 + e] (odd dim).
 #pragma once
 
 #include <cuda_fp8.h>
 
 #include "src/sm90/decode/config_fp8.hpp"
 #include "src/sm90/decode/consumer.cuh"
-#include "src/sm90/decode/transpose_v.cuh"
+#include "src/sm90/decode/epilogue.cuh"
 
 namespace kbmla::sm90::fp8 {
+
+// Byte offset of (row, col) in a tile of 64-byte rows with the 64-byte swizzle: the
+// 16-byte chunk index (col / 16) XOR (row / 2) % 4, as TMA writes and wgmma reads it.
+__device__ __forceinline__ uint32_t swizzled64(int row, int col) {
+  return row * 64 + ((((col >> 4) ^ (row >> 1)) & 3) << 4) + (col & 15);
+}
+
+__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
+  return lo | (hi << 16);
+}
+
+// The V^T fragments of one consumer warp for a block: a[b][kb] is the A operand of
+// M block b (16 dims of this warp: chunk 16 wg + 4 b + warp of the 32 16-dim chunks) and
+// k-step kb (tokens 32 kb..32 kb + 31). ldmatrix lane l addresses token 32 kb + l (matrix
+// l / 8, row l % 8), or the zero row when that token is past the request's last one.
+// After .trans, register j of lane l holds bytes (t, 2r), (t, 2r + 1), (t + 1, 2r),
+// (t + 1, 2r + 1) for t = 32 kb + 8 j + 2(l%4), r = l/4 (token, dim in the chunk); the
+// permutes gather the even dim (row x = r) and the odd dim (row x + 8) of tokens t, t + 1,
+// t + 8, t + 9.
+template <int kWg>
+__device__ __forceinline__ void load_vt_fragments(uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
+                                                  int valid_tokens, uint32_t (&a)[4][2][4]) {
+  const uint32_t lane_row = lane * kBoxRowBytes + ((((warp ^ (lane >> 1)) & 3)) << 4);
+#pragma unroll
+  for (int kb = 0; kb < 2; ++kb) {
+    const bool real = 32 * kb + lane < valid_tokens;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t addr = stage_addr + (4 * kWg + b) * kBoxBytes + kb * 32 * kBoxRowBytes + lane_row;
+      uint32_t r[4];
+      ldmatrix_x4_trans(real ? addr : zero_addr, r);
+      a[b][kb][0] = __byte_perm(r[0], r[1], 0x6420);
+      a[b][kb][1] = __byte_perm(r[0], r[1], 0x7531);
+      a[b][kb][2] = __byte_perm(r[2], r[3], 0x6420);
+      a[b][kb][3] = __byte_perm(r[2], r[3], 0x7531);
+    }
+  }
+}
+
+// O^T columns (output rows 8i + col_pair + e) times the block's row factors; most
+// blocks have all factors 1 and skip the multiply.
+__device__ __forceinline__ void rescale_ot(float (&o)[4][32], const float* row_scale, int col_pair) {
+  float2 f[8];
+  bool any = false;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    f[i] = *reinterpret_cast<const float2*>(row_scale + 8 * i + col_pair);
+    any |= f[i].x != 1.f || f[i].y != 1.f;
+  }
+  if (__any_sync(0xffffffff, any)) {
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        o[b][4 * i + 0] *= f[i].x;
+        o[b][4 * i + 2] *= f[i].x;
+        o[b][4 * i + 1] *= f[i].y;
+        o[b][4 * i + 3] *= f[i].y;
+      }
+    }
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void fence_accumulators(float (&d)[4][N]) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) sm90::fence_accumulators(d[b]);
+}
+
+// Pins the fragments' permutes before wgmma.fence: defined between two register-A wgmma
+// they make ptxas insert a fence before each (C7519).
+__device__ __forceinline__ void fence_fragments(uint32_t (&a)[4][2][4]) {
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[b][kb][j])::"memory");
+    }
+  }
+}
 
 template <int QkBoxes, bool kSoftmaxOwner>
 __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
@@ -26,15 +114,14 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   uint64_t* q_empty = bars + 1;
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
-  uint64_t* vt_full = bars + 2 + 2 * kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
   float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
   uint8_t* p_tile = smem + SmemLayout::p;
   const uint32_t q_addr = smem_addr(smem + SmemLayout::q);
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint32_t vt_addr = smem_addr(smem + SmemLayout::vt);
   const uint32_t p_addr = smem_addr(p_tile);
+  const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
   const float neg_inf = -__int_as_float(0x7f800000);
   const float kv_scale = *p.kv_scale;
 
@@ -48,12 +135,14 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     if (kSoftmaxOwner && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
       atomicOr(p.error_word, kErrDcpPositions);
     }
-    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
-    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
+    // Consumer 0 only: visibility, S factors and statistics of rows r0 and r1.
+    int vis0 = 0, vis1 = 0;
     // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale (rows
     // past the request's rows read a neighbour's scale; they are never written out).
     float f0 = 0.f, f1 = 0.f;
     if constexpr (kSoftmaxOwner) {
+      vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
+      vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
       const int64_t row_base = int64_t{it.batch} * p.rows;
       const int q0 = min(it.row_begin + r0, p.rows - 1), q1 = min(it.row_begin + r1, p.rows - 1);
       f0 = p.scale_log2 * kv_scale * p.q_scale[row_base + q0];
@@ -61,9 +150,12 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       Mbarrier::wait(q_full, item_count & 1);
     }
 
-    float o[128];
+    float o[4][32];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+    }
     float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     bool bad = false;
 
@@ -72,7 +164,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
-      float alpha0, alpha1;
+      const int valid_tokens = it.seqlen - blk * kBlockTokens;
+      uint32_t a[4][2][4];
       if constexpr (kSoftmaxOwner) {
         // S (64 x 64) = Q K^T: 18 (d_qk 576) or 16 (512) k-steps of 32, two per 64-byte box.
         float s[32];
@@ -84,30 +177,37 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         }
         wgmma_commit();
         wgmma_wait<0>();
-        fence_accumulators(s);
+        sm90::fence_accumulators(s);
 
         mask_invisible_keys(s, blk, col_pair, vis0, vis1);
         // f0, f1 >= 0, so max(s) x f = max(s x f).
         float mx0, mx1;
         block_row_max(s, mx0, mx1);
-        alpha0 = lazy_rescale(mx0 * f0, m0);
-        alpha1 = lazy_rescale(mx1 * f1, m1);
+        const float alpha0 = lazy_rescale(mx0 * f0, m0);
+        const float alpha1 = lazy_rescale(mx1 * f1, m1);
         const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
         if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
         float sum0 = 0.f, sum1 = 0.f;
+        // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
+        // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
+        // 16g + 2 col_pair + 0..3, one 4-byte store per row.
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float p00 = fast_exp2(fmaf(s[4 * i + 0], f0, neg_base0));
-          const float p01 = fast_exp2(fmaf(s[4 * i + 1], f0, neg_base0));
-          const float p10 = fast_exp2(fmaf(s[4 * i + 2], f1, neg_base1));
-          const float p11 = fast_exp2(fmaf(s[4 * i + 3], f1, neg_base1));
-          sum0 += p00 + p01;
-          sum1 += p10 + p11;
-          const int key = 8 * i + col_pair;
-          *reinterpret_cast<__nv_fp8x2_storage_t*>(p_tile + swizzled64(r0, key)) =
-              __nv_cvt_float2_to_fp8x2(make_float2(p00, p01), __NV_SATFINITE, __NV_E4M3);
-          *reinterpret_cast<__nv_fp8x2_storage_t*>(p_tile + swizzled64(r1, key)) =
-              __nv_cvt_float2_to_fp8x2(make_float2(p10, p11), __NV_SATFINITE, __NV_E4M3);
+        for (int g = 0; g < 4; ++g) {
+          float q0[4], q1[4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              q0[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + e], f0, neg_base0));
+              q1[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + 2 + e], f1, neg_base1));
+            }
+          }
+          sum0 += (q0[0] + q0[1]) + (q0[2] + q0[3]);
+          sum1 += (q1[0] + q1[1]) + (q1[2] + q1[3]);
+          *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) =
+              e4m3x4(q0[0], q0[1], q0[2], q0[3]);
+          *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) =
+              e4m3x4(q1[0], q1[1], q1[2], q1[3]);
         }
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
@@ -116,27 +216,22 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
           row_scale[r1] = alpha1;
         }
         fence_view_async_shared();
+        load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
         named_sync(kBarP, kConsumerThreads);
       } else {
-        // Consumer 1's share of V^T (rows 16 kProducerChunks..511), fenced for the async
-        // proxy; the kBarP barrier below orders every writer's rows before either P V.
-        transpose_chunks<kProducerChunks, kDv / 16, 128>(smem + SmemLayout::kv + stage * kTileBytes,
-                                                        smem + SmemLayout::vt + stage * kVtBytes, tid,
-                                                        it.seqlen - blk * kBlockTokens);
-        fence_view_async_shared();
+        // Consumer 1 loads its fragments while consumer 0 computes S.
+        load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
         named_sync(kBarP, kConsumerThreads);
-        alpha0 = row_scale[r0];
-        alpha1 = row_scale[r1];
       }
-      rescale_o(o, alpha0, alpha1);
-      // O (64 x 256) += P (64 x 64) V[:, 256 wg ..]: 2 k-steps of 32 tokens over V^T.
-      if constexpr (kSoftmaxOwner) Mbarrier::wait(vt_full + stage, (block_count / kStages) & 1);
-      const uint32_t vt_stage = vt_addr + stage * kVtBytes + wg * 256 * 64;
+      rescale_ot(o, row_scale, col_pair);
+      fence_fragments(a);
+      // O^T (4 x 64 dims x 64 rows) += V^T (dims x 64 tokens) P^T: 2 k-steps of 32 tokens.
       wgmma_fence();
       fence_accumulators(o);
 #pragma unroll
-      for (int k = 0; k < kBlockTokens / 32; ++k) {
-        wgmma_pv_fp8(desc_k_major_sw64(p_addr + k * 32), desc_k_major_sw64(vt_stage + k * 32), o);
+      for (int b = 0; b < 4; ++b) {
+#pragma unroll
+        for (int kb = 0; kb < 2; ++kb) wgmma_pv_fp8_rs(a[b][kb], desc_k_major_sw64(p_addr + kb * 32), o[b]);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -150,11 +245,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
     if constexpr (kSoftmaxOwner) publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1);
     named_sync(kBarRowStats, kConsumerThreads);
-    const float2 st0 = stats[r0], st1 = stats[r1];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= kv_scale;
-    write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
-    write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
+    write_item_output_transposed(p, it, wg, warp, lane, stats, kv_scale, bad, o);
   }
   if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline(p, start_ns, item_count);
   if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);

@@ -40,4 +40,46 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
   }
 }
 
+// The fp8 kernel's epilogue over O^T fragments (consumer_fp8.cuh): the lane's 16 output
+// rows n = 8i + 2(l%4) + e, each with two adjacent dims per 64-dim block b; the row
+// statistics come from shared memory (written by consumer 0). kv_scale folds the cache's
+// dequantisation into 1 / l.
+__device__ __forceinline__ void write_item_output_transposed(const DecodeParams& p, const Item& it, int wg, int warp,
+                                                             int lane, const float2* stats, float kv_scale, bool bad,
+                                                             const float (&o)[4][32]) {
+  const float neg_inf = -__int_as_float(0x7f800000);
+  const int dim0 = wg * 256 + 16 * warp + 2 * (lane / 4);
+  const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
+  const OutputView& v = p.output;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int n = 8 * i + 2 * (lane % 4) + e;
+      const int row = it.row_begin + n;
+      if (row >= p.rows) continue;
+      const float2 st = stats[n];
+      const bool empty = bad || !(st.y > 0.f);
+      const float inv = empty ? 0.f : kv_scale / st.y;
+      const float lse_log2 = empty ? neg_inf : st.x + __log2f(st.y);
+      if (it.slot < 0) {
+        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + dim0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          *reinterpret_cast<__nv_bfloat162*>(out + 64 * b) =
+              __floats2bfloat162_rn(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
+        }
+        if (lse_writer) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
+      } else {
+        float* out = p.partial_o + (int64_t{it.slot} * p.rows + row) * 512 + dim0;
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          *reinterpret_cast<float2*>(out + 64 * b) = make_float2(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
+        }
+        if (lse_writer) p.partial_lse[int64_t{it.slot} * p.rows + row] = lse_log2;
+      }
+    }
+  }
+}
+
 }  // namespace kbmla::sm90

@@ -5,7 +5,6 @@
 #include "src/sm90/decode/consumer_fp8.cuh"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/producer.cuh"
-#include "src/sm90/decode/transpose_v.cuh"
 
 namespace kbmla::sm90 {
 
@@ -25,11 +24,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     Mbarrier::init(bars + 0, 1);                  // q_full: the Q loader's expect_tx
     Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
     for (int s = 0; s < kStages; ++s) {
-      Mbarrier::init(bars + 2 + s, 1);  // full
-      // empty: every consumer and transposer warp of every CTA that receives the stage
-      Mbarrier::init(bars + 2 + kStages + s, (kConsumerWarps + kTransposeWarps) * p.cluster_size);
-      Mbarrier::init(bars + 2 + 2 * kStages + s, kTransposeThreads);  // vt_full
+      Mbarrier::init(bars + 2 + s, 1);                                          // full
+      Mbarrier::init(bars + 2 + kStages + s, kConsumerWarps * p.cluster_size);  // empty (release_stage)
     }
+    *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
     cutlass::arch::fence_barrier_init();
   }
   if (p.cluster_size > 1) {
@@ -52,8 +50,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
       run_q_loader<QkBoxes, Fp8Smem>(p, &q_maps, smem);
-    } else if (threadIdx.x >= 64) {
-      run_v_transposer(p, smem);
     }
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();

@@ -149,15 +149,32 @@ __device__ __forceinline__ void wgmma_pv(uint64_t da, uint64_t db, float (&d)[12
   wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<128>{});
 }
 
-// fp8: S (64 x 64) += Q x K^T and O (64 x 256) += P x V (V^T given K-major), e4m3 inputs,
-// fp32 accumulators in the same fragment layout as the bf16 products.
+// fp8: S (64 x 64) += Q x K^T, both e4m3 K-major in shared memory.
 __device__ __forceinline__ void wgmma_qk_fp8(uint64_t da, uint64_t db, float (&d)[32], bool accumulate) {
   using Atom = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
   wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<32>{});
 }
-__device__ __forceinline__ void wgmma_pv_fp8(uint64_t da, uint64_t db, float (&d)[128]) {
-  using Atom = cute::SM90::GMMA::MMA_64x256x32_F32E4M3E4M3_SS_TN<>;
-  wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<128>{});
+
+// fp8: O^T (64 dims x 64 rows) += V^T (64 x 32 tokens, registers) x P^T (P K-major in
+// shared memory). A fragment (8-bit): a[0] row x = l/4 of the warp's 16, k 4(l%4)..+3;
+// a[1] row x + 8; a[2], a[3] the same rows at k + 16.
+template <size_t... I>
+__device__ __forceinline__ void wgmma_pv_fp8_rs_call(const uint32_t (&a)[4], uint64_t db, float (&d)[32],
+                                                     std::index_sequence<I...>) {
+  cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
+                                                          cute::SM90::GMMA::ScaleOut::One);
+}
+__device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[32]) {
+  wgmma_pv_fp8_rs_call(a, db, d, std::make_index_sequence<32>{});
+}
+
+// Four 8 x 8 matrices of 16-bit elements, transposed: lanes 8j..8j+7 give the row
+// addresses of matrix j; lane l receives, of each matrix, elements (2(l%4), l/4) and
+// (2(l%4) + 1, l/4) of the source (low and high half).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 // Keeps the compiler from moving accumulator reads/writes across wgmma issue/wait.

@@ -1,7 +1,6 @@
 // Producer role: warps of the producer warpgroup walk the same items as the consumers.
 // Warp 0 keeps the KV stage ring fed (TMA boxes, or a cp.async row gather for small
-// pages), one thread of warp 1 loads each item's Q tile; in the fp8 kernel warps 2-3 also
-// transpose V (transpose_v.cuh). PagedKvLoader maps (request, KV block) to loads for every
+// pages), one thread of warp 1 loads each item's Q tile. PagedKvLoader maps (request, KV block) to loads for every
 // page size and cache dtype and flags blocks it cannot load.
 #pragma once
 
@@ -13,18 +12,21 @@
 namespace kbmla::sm90 {
 
 // What the loaders need of a kernel's shared memory: where Q, the KV stages, the barriers
-// and the stage flags live, and the TMA box geometry (64 columns of 2 or 1 bytes).
+// and the stage flags live, how many stages the ring has, and the TMA box geometry (64
+// columns of 2 or 1 bytes).
 struct Bf16Smem {
   using Layout = SmemLayout;
   static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
   static constexpr uint32_t kBoxRowBytes = 128;
   static constexpr uint32_t kStageBytes = kTileBytes;
+  static constexpr int kStages = sm90::kStages;  // 2
 };
 struct Fp8Smem {
   using Layout = fp8::SmemLayout;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
   static constexpr uint32_t kStageBytes = fp8::kTileBytes;
+  static constexpr int kStages = fp8::kStages;  // 4
 };
 
 // Paged loader of bf16 or e4m3 rows for page sizes 2^k in 1..256, run by all 32 lanes of
@@ -216,6 +218,7 @@ template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
                                               uint8_t* smem) {
   using Layout = typename Smem::Layout;
+  constexpr int kStages = Smem::kStages;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
