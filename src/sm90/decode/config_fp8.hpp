@@ -72,10 +72,13 @@ static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
 static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");
 
 // The producer runs the KV loader (its one-token gather needs 56: the bf16 gather kernel
-// spilled at 40) and the Q loader; consumers hold O^T (128), the V^T fragments of a block
-// (32) and, in consumer 0, S (32).
+// spilled at 40) and the Q loader. Consumer 0 holds O^T (128), S of this block and of the
+// next (2 x 32, the next one in flight during the softmax) and the softmax state;
+// consumer 1 O^T and the V^T fragments of a block (32).
 constexpr int kProducerRegs = 56;
-constexpr int kConsumerRegs = 224;
-static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
+constexpr int kSoftmaxConsumerRegs = 240;
+constexpr int kConsumerRegs = 208;
+static_assert(kProducerRegs * 128 + (kSoftmaxConsumerRegs + kConsumerRegs) * 128 <= kLaunchRegs * kThreads,
+              "register budget");
 
 }  // namespace kbmla::sm90::fp8

@@ -59,26 +59,17 @@ __device__ __forceinline__ void load_vt_fragments(uint32_t stage_addr, uint32_t 
   }
 }
 
-// O^T columns (output rows 8i + col_pair + e) times the block's row factors; most
-// blocks have all factors 1 and skip the multiply.
+// O^T columns (output rows 8i + col_pair + e) times the block's row factors.
 __device__ __forceinline__ void rescale_ot(float (&o)[4][32], const float* row_scale, int col_pair) {
-  float2 f[8];
-  bool any = false;
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    f[i] = *reinterpret_cast<const float2*>(row_scale + 8 * i + col_pair);
-    any |= f[i].x != 1.f || f[i].y != 1.f;
-  }
-  if (__any_sync(0xffffffff, any)) {
+    const float2 f = *reinterpret_cast<const float2*>(row_scale + 8 * i + col_pair);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        o[b][4 * i + 0] *= f[i].x;
-        o[b][4 * i + 2] *= f[i].x;
-        o[b][4 * i + 1] *= f[i].y;
-        o[b][4 * i + 3] *= f[i].y;
-      }
+      o[b][4 * i + 0] *= f.x;
+      o[b][4 * i + 2] *= f.x;
+      o[b][4 * i + 1] *= f.y;
+      o[b][4 * i + 3] *= f.y;
     }
   }
 }
@@ -87,6 +78,19 @@ template <int N>
 __device__ __forceinline__ void fence_accumulators(float (&d)[4][N]) {
 #pragma unroll
   for (int b = 0; b < 4; ++b) sm90::fence_accumulators(d[b]);
+}
+
+// S (64 x 64) = Q K^T of the stage at stage_addr: 18 (d_qk 576) or 16 (512) k-steps of
+// 32, two per 64-byte box; one commit group.
+template <int QkBoxes>
+__device__ __forceinline__ void issue_s(uint32_t q_addr, uint32_t stage_addr, float (&s)[32]) {
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < QkBoxes * 2; ++k) {
+    const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
+    wgmma_qk_fp8(desc_k_major_sw64(q_addr + off), desc_k_major_sw64(stage_addr + off), s, k > 0);
+  }
+  wgmma_commit();
 }
 
 // Pins the fragments' permutes before wgmma.fence: defined between two register-A wgmma
@@ -102,7 +106,7 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&a)[4][2][4]) {
   }
 }
 
-template <int QkBoxes, bool kSoftmaxOwner>
+template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
 __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
   constexpr int wg = kSoftmaxOwner ? 0 : 1;
   const int tid = threadIdx.x - 128 * (wg + 1);
@@ -159,85 +163,108 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     bool bad = false;
 
-    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kStages;
-      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
-      bad |= stage_flags[stage] != 0;
-      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
-      const int valid_tokens = it.seqlen - blk * kBlockTokens;
-      uint32_t a[4][2][4];
-      if constexpr (kSoftmaxOwner) {
-        // S (64 x 64) = Q K^T: 18 (d_qk 576) or 16 (512) k-steps of 32, two per 64-byte box.
-        float s[32];
-        wgmma_fence();
+    // Consumer 0 issues S of the item's first block here and, in each iteration, S of the
+    // next block before the softmax of this one, so the tensor cores compute it while the
+    // softmax runs (its stage wait moves along). Not across items: Q changes.
+    // S lives only inside this region (ptxas serialises every wgmma, C7518, when an
+    // in-flight S may flow out of a branch).
+    constexpr bool kPrefetchS = kSoftmaxOwner && Mode != KernelMode::kLoadOnly;
+    if (it.blk_begin < it.blk_end) {
+      float s[32];
+      if constexpr (kPrefetchS) {
+        const int stage = block_count % kStages;
+        Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+        issue_s<QkBoxes>(q_addr, kv_addr + stage * kTileBytes, s);
+      }
+
+      for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+        const int stage = block_count % kStages;
+        if constexpr (!kPrefetchS) Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+        bad |= stage_flags[stage] != 0;
+        if constexpr (Mode == KernelMode::kLoadOnly) {
+          release_stage(empty + stage, lane, p.cluster_size);
+          continue;
+        }
+        const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+        const int valid_tokens = it.seqlen - blk * kBlockTokens;
+        uint32_t a[4][2][4];
+        float s_next[32];
+        bool rescale;
+        if constexpr (kSoftmaxOwner) {
+          wgmma_wait<0>();
+          sm90::fence_accumulators(s);
+          if (blk + 1 < it.blk_end) {
+            const int next = (block_count + 1) % kStages;
+            Mbarrier::wait(full + next, ((block_count + 1) / kStages) & 1);
+            issue_s<QkBoxes>(q_addr, kv_addr + next * kTileBytes, s_next);
+          }
+
+          mask_invisible_keys(s, blk, col_pair, vis0, vis1);
+          // f0, f1 >= 0, so max(s) x f = max(s x f).
+          float mx0, mx1;
+          block_row_max(s, mx0, mx1);
+          const float alpha0 = lazy_rescale(mx0 * f0, m0);
+          const float alpha1 = lazy_rescale(mx1 * f1, m1);
+          const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
+          if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
+          float sum0 = 0.f, sum1 = 0.f;
+          // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
+          // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
+          // 16g + 2 col_pair + 0..3, one 4-byte store per row.
 #pragma unroll
-        for (int k = 0; k < QkBoxes * 2; ++k) {
-          const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
-          wgmma_qk_fp8(desc_k_major_sw64(q_addr + off), desc_k_major_sw64(stage_addr + off), s, k > 0);
+          for (int g = 0; g < 4; ++g) {
+            float q0[4], q1[4];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                q0[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + e], f0, neg_base0));
+                q1[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + 2 + e], f1, neg_base1));
+              }
+            }
+            sum0 += (q0[0] + q0[1]) + (q0[2] + q0[3]);
+            sum1 += (q1[0] + q1[1]) + (q1[2] + q1[3]);
+            *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) =
+                e4m3x4(q0[0], q0[1], q0[2], q0[3]);
+            *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) =
+                e4m3x4(q1[0], q1[1], q1[2], q1[3]);
+          }
+          l0 = l0 * alpha0 + sum0;
+          l1 = l1 * alpha1 + sum1;
+          if (lane % 4 == 0) {
+            row_scale[r0] = alpha0;
+            row_scale[r1] = alpha1;
+          }
+          fence_view_async_shared();
+          load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+          rescale = named_sync_or(kBarP, kConsumerThreads, alpha0 != 1.f || alpha1 != 1.f);
+        } else {
+          // Consumer 1 loads its fragments while consumer 0 computes S.
+          load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+          rescale = named_sync_or(kBarP, kConsumerThreads, false);
+        }
+        // Any row's factor below 1 (the barrier ORs consumer 0's): most blocks skip this.
+        if (rescale) rescale_ot(o, row_scale, col_pair);
+        fence_fragments(a);
+        // O^T (4 x 64 dims x 64 rows) += V^T (dims x 64 tokens) P^T: 2 k-steps of 32 tokens.
+        wgmma_fence();
+        fence_accumulators(o);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+#pragma unroll
+          for (int kb = 0; kb < 2; ++kb) wgmma_pv_fp8_rs(a[b][kb], desc_k_major_sw64(p_addr + kb * 32), o[b]);
         }
         wgmma_commit();
-        wgmma_wait<0>();
-        sm90::fence_accumulators(s);
-
-        mask_invisible_keys(s, blk, col_pair, vis0, vis1);
-        // f0, f1 >= 0, so max(s) x f = max(s x f).
-        float mx0, mx1;
-        block_row_max(s, mx0, mx1);
-        const float alpha0 = lazy_rescale(mx0 * f0, m0);
-        const float alpha1 = lazy_rescale(mx1 * f1, m1);
-        const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
-        if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
-        float sum0 = 0.f, sum1 = 0.f;
-        // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
-        // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
-        // 16g + 2 col_pair + 0..3, one 4-byte store per row.
+        wgmma_wait<0>();  // consumer 0: S of the next block too
+        fence_accumulators(o);
+        if constexpr (kSoftmaxOwner) {
+          sm90::fence_accumulators(s_next);
 #pragma unroll
-        for (int g = 0; g < 4; ++g) {
-          float q0[4], q1[4];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              q0[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + e], f0, neg_base0));
-              q1[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + 2 + e], f1, neg_base1));
-            }
-          }
-          sum0 += (q0[0] + q0[1]) + (q0[2] + q0[3]);
-          sum1 += (q1[0] + q1[1]) + (q1[2] + q1[3]);
-          *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) =
-              e4m3x4(q0[0], q0[1], q0[2], q0[3]);
-          *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) =
-              e4m3x4(q1[0], q1[1], q1[2], q1[3]);
+          for (int i = 0; i < 32; ++i) s[i] = s_next[i];
         }
-        l0 = l0 * alpha0 + sum0;
-        l1 = l1 * alpha1 + sum1;
-        if (lane % 4 == 0) {
-          row_scale[r0] = alpha0;
-          row_scale[r1] = alpha1;
-        }
-        fence_view_async_shared();
-        load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
-        named_sync(kBarP, kConsumerThreads);
-      } else {
-        // Consumer 1 loads its fragments while consumer 0 computes S.
-        load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
-        named_sync(kBarP, kConsumerThreads);
+        if constexpr (!kSoftmaxOwner) named_arrive(kBarPFree, kConsumerThreads);
+        release_stage(empty + stage, lane, p.cluster_size);
       }
-      rescale_ot(o, row_scale, col_pair);
-      fence_fragments(a);
-      // O^T (4 x 64 dims x 64 rows) += V^T (dims x 64 tokens) P^T: 2 k-steps of 32 tokens.
-      wgmma_fence();
-      fence_accumulators(o);
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-#pragma unroll
-        for (int kb = 0; kb < 2; ++kb) wgmma_pv_fp8_rs(a[b][kb], desc_k_major_sw64(p_addr + kb * 32), o[b]);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(o);
-      if constexpr (!kSoftmaxOwner) named_arrive(kBarPFree, kConsumerThreads);
-      release_stage(empty + stage, lane, p.cluster_size);
     }
     Mbarrier::arrive(q_empty);
     ++item_count;
@@ -248,7 +275,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     write_item_output_transposed(p, it, wg, warp, lane, stats, kv_scale, bad, o);
   }
   if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline(p, start_ns, item_count);
-  if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
+  if constexpr (Mode != KernelMode::kLoadOnly) {
+    if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
+  }
 }
 
 }  // namespace kbmla::sm90::fp8

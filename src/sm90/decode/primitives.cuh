@@ -29,12 +29,24 @@ __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
 __device__ __forceinline__ void named_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// A named barrier that also ORs a predicate over its threads (bar.red.or.pred).
+__device__ __forceinline__ bool named_sync_or(uint32_t id, uint32_t threads, bool pred) {
+  uint32_t out;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(out)
+      : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+      : "memory");
+  return out != 0;
+}
 
-// Generic-proxy shared-memory writes (P, zeroed V rows) before wgmma reads them.
 // The dynamic shared memory's base rounded up to 1024 bytes (swizzled tiles; the
-// layouts' alloc has the slack).
+// layouts' alloc has the slack). The result is derived from `raw` by an offset, not
+// through an integer, so the compiler still knows it points to shared memory and emits
+// LDS/STS rather than generic loads and stores (measured: the fp8 consumers' generic
+// row-scale loads were 13 % of consumer 0's stall samples).
 __device__ __forceinline__ uint8_t* align_1024(uint8_t* raw) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  return raw + ((1024u - (static_cast<uint32_t>(__cvta_generic_to_shared(raw)) & 1023u)) & 1023u);
 }
 
 // 16 bytes global -> shared without the register file (L2 only: the cache is streamed).
@@ -43,6 +55,7 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void* gmem_
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
+// Generic-proxy shared-memory writes (P, zeroed V rows) before wgmma reads them.
 __device__ __forceinline__ void fence_view_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
