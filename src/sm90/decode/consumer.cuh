@@ -152,9 +152,9 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
   float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);    // [64]
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][64]
   uint8_t* p_tile = smem + SmemLayout::p;
-  const uint32_t q_addr = smem_addr(smem + SmemLayout::q);
+  const uint64_t q_desc = desc_k_major(smem_addr(smem + SmemLayout::q));
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint32_t p_addr = smem_addr(p_tile);
+  const uint64_t p_desc = desc_k_major(smem_addr(p_tile));
   const float neg_inf = -__int_as_float(0x7f800000);
   constexpr bool softmax_owner = kSoftmaxOwner;
 
@@ -193,11 +193,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       if constexpr (softmax_owner) {
         // S (64 x 64) = Q (64 x d_qk) K^T, 36 (d_qk 576) or 32 (512) k-steps of 16.
         float s[32];
+        const uint64_t k_desc = desc_k_major(stage_addr);
         wgmma_fence();
 #pragma unroll
         for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
           const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
-          wgmma_qk(desc_k_major(q_addr + off), desc_k_major(stage_addr + off), s, k > 0);
+          wgmma_qk(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -243,11 +244,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       }
       rescale_o(o, alpha0, alpha1);
       // O (64 x 256) += P (64 x 64) V[:, 256 wg .. 256 wg + 255], 4 k-steps of 16 tokens.
+      const uint64_t v_desc = desc_mn_major(stage_addr + 4 * wg * kBoxBytes);
       wgmma_fence();
       fence_accumulators(o);
 #pragma unroll
       for (int k = 0; k < kBlockTokens / 16; ++k) {
-        wgmma_pv(desc_k_major(p_addr + k * 32), desc_mn_major(stage_addr + 4 * wg * kBoxBytes + k * 2048), o);
+        wgmma_pv(desc_advance(p_desc, k * 32), desc_advance(v_desc, k * 2048), o);
       }
       wgmma_commit();
       wgmma_wait<0>();
