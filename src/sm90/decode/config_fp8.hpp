@@ -20,17 +20,18 @@
 // Roles (384 threads, one CTA per SM):
 //   warpgroup 0  producer: warp 0 streams the KV stages (TMA; cp.async for one-token
 //                pages), thread 32 the Q tiles
-//   warpgroup 1  consumer 0: S = Q K^T (64 x 64, 18 k-steps of 32), online softmax, P
-//                (e4m3) and the per-row rescale factors to shared memory; O^T dims 0..255
-//   warpgroup 2  consumer 1: O^T dims 256..511
+//   warpgroups 1, 2  consumers 0 and 1: in turn per KV block, S = Q K^T (64 x 64, 18
+//                k-steps of 32), online softmax, P (e4m3) with the per-row factors and
+//                maxima to shared memory; each O^T for its 256 dims (consumer_fp8.cuh)
 // Every tile has 64-byte rows and the 64-byte swizzle (16-byte chunk index XOR bits 7..8
 // of the address, i.e. (row / 2) % 4 for 64-byte rows).
 //
 // Shared memory (bytes):
 //   Q        9 x [64 rows][64 cols] e4m3 = 36,864
 //   KV[4]    9 x [64 tokens][64 cols]    = 36,864 each
-//   P        [64 rows][64 tokens]        =  4,096
-//   zero row, barriers, flags, row stats ~1.2 KiB         = 186,xxx bytes.
+//   P[2]     [64 rows][64 tokens]        =  4,096 each
+//   zero row, barriers, flags, row factors, maxima and statistics ~3.2 KiB
+//                                                         = 191,xxx bytes.
 // Four stages: with 36 KiB stages, two kept too few bytes in flight per SM for the
 // bandwidth share of one SM (~36 GB/s) at DRAM latency.
 #pragma once
@@ -50,20 +51,30 @@ constexpr uint32_t kPBytes = kRowsPerCta * kBlockTokens;           // 4096
 constexpr int kStages = 4;
 constexpr float kE4m3Max = 448.f;
 
+// Named barriers of the fp8 consumers (ids 1..3 as in config.hpp; 0 is __syncthreads).
+// Per owner consumer c (id + c): its P, factors and maxima are written (the owner arrives,
+// the other syncs); the other finished the P V of that P (the other arrives, the owner
+// syncs before writing its next P); the owner's own four warps have written theirs.
+constexpr uint32_t kBarFp8PReady = 4;   // 4, 5
+constexpr uint32_t kBarFp8PFree = 6;    // 6, 7
+constexpr uint32_t kBarFp8OwnerP = 8;   // 8, 9 (128 threads)
+
 struct SmemLayout {
   static constexpr uint32_t q = 0;
   static constexpr uint32_t kv = q + kTileBytes;
-  static constexpr uint32_t p = kv + kStages * kTileBytes;
+  static constexpr uint32_t p = kv + kStages * kTileBytes;  // [owner consumer] P tiles
   // 16 zero bytes: ldmatrix reads them instead of the stage rows of tokens past the
   // request's last token (they may hold anything, NaN included; P is 0 there, 0 x NaN not).
-  static constexpr uint32_t zero_row = p + kPBytes;
+  static constexpr uint32_t zero_row = p + 2 * kPBytes;
   static constexpr uint32_t barriers = zero_row + 16;
   // q_full, q_empty, full[kStages], empty[kStages]
   static constexpr uint32_t num_barriers = 2 + 2 * kStages;
   static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;
-  static constexpr uint32_t row_scale = stage_flags + 4 * kStages;
-  static constexpr uint32_t row_stats = row_scale + 4 * kRowsPerCta;
-  static constexpr uint32_t end = row_stats + 8 * 2 * kRowsPerCta;
+  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;      // uint32[owner]
+  static constexpr uint32_t row_scale = rescale_flags + 4 * 2;              // float[owner][64]: O factors
+  static constexpr uint32_t row_max = row_scale + 4 * 2 * kRowsPerCta;      // float[owner][64]: maxima after
+  static constexpr uint32_t row_stats = row_max + 4 * 2 * kRowsPerCta;      // float2[parity][consumer][64]
+  static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;
 };
 static_assert(SmemLayout::kv % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzled tiles need 1024-byte alignment");
@@ -72,13 +83,10 @@ static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
 static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");
 
 // The producer runs the KV loader (its one-token gather needs 56: the bf16 gather kernel
-// spilled at 40) and the Q loader. Consumer 0 holds O^T (128), S of this block and of the
-// next (2 x 32, the next one in flight during the softmax) and the softmax state;
-// consumer 1 O^T and the V^T fragments of a block (32).
+// spilled at 40) and the Q loader. A consumer holds O^T (128) and either S of its block
+// (32) with the softmax state or the V^T fragments of a block (32).
 constexpr int kProducerRegs = 56;
-constexpr int kSoftmaxConsumerRegs = 240;
-constexpr int kConsumerRegs = 208;
-static_assert(kProducerRegs * 128 + (kSoftmaxConsumerRegs + kConsumerRegs) * 128 <= kLaunchRegs * kThreads,
-              "register budget");
+constexpr int kConsumerRegs = 224;
+static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
 
 }  // namespace kbmla::sm90::fp8

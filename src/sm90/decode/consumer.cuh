@@ -123,11 +123,16 @@ __device__ __forceinline__ void publish_row_stats(float2* stats, int lane, int r
   }
 }
 
-// --balance instrumentation: this CTA's {start ns, end ns, SM, items}.
-__device__ __forceinline__ void record_timeline(const DecodeParams& p, unsigned long long start_ns, int items) {
-  unsigned long long* rec =
-      p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
-  rec[0] = start_ns;
+// --balance instrumentation: this CTA's {start ns, end ns, SM, items}. The start is
+// stored when taken (holding it in registers across the loop spilled in the fp8 kernel).
+__device__ __forceinline__ unsigned long long* timeline_record(const DecodeParams& p) {
+  return p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
+}
+__device__ __forceinline__ void record_timeline_start(const DecodeParams& p) {
+  timeline_record(p)[0] = global_timer_ns();
+}
+__device__ __forceinline__ void record_timeline_end(const DecodeParams& p, int items) {
+  unsigned long long* rec = timeline_record(p);
   rec[1] = global_timer_ns();
   rec[2] = sm_id();
   rec[3] = items;
@@ -160,7 +165,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
 
   int item_count = 0;
   int block_count = 0;
-  const unsigned long long start_ns = kSoftmaxOwner && p.timeline != nullptr ? global_timer_ns() : 0;
+  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -268,7 +273,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
     write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
     write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
   }
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline(p, start_ns, item_count);
+  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
   // Consume consumer 1's arrival after the last block, so no barrier is left half-done.
   if constexpr (Mode != KernelMode::kLoadOnly) {
     if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);

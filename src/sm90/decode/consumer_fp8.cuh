@@ -1,14 +1,24 @@
-// Consumer roles of the fp8 kernel. Consumer 0 computes S = Q K^T (e4m3, M = the 64 rows)
-// and the online softmax as in consumer.cuh and hands P (e4m3, shared memory) and the
-// per-row rescale factors to consumer 1; each then adds O^T += V^T P^T for its 256 dims,
-// V^T taken from the stage into registers by ldmatrix.trans (config_fp8.hpp says why and
-// how the tokens and dims are ordered). S of row r is scaled by softmax_scale x kv_scale x
-// q_scale[r] (the row's Q quantisation scale); P <= 2^kRescaleSlack = 256 < 448, the e4m3
-// maximum; O is multiplied by kv_scale in the epilogue.
+// Consumer roles of the fp8 kernel. The two consumer warpgroups take the KV blocks in
+// turn (by the parity of the CTA's block counter): the owner of a block computes S = Q K^T
+// (e4m3, M = the 64 rows) and the online softmax, and hands P (e4m3, one shared-memory
+// tile per owner), the per-row rescale factors and the running row maxima to the other;
+// both add O^T += V^T P^T for their 256 dims, V^T taken from the stage into registers by
+// ldmatrix.trans (config_fp8.hpp says why and how tokens and dims are ordered).
+// Why alternate: with one softmax owner (v14) the block's S, softmax and P V ran one after
+// the other on one warpgroup while the other waited (ncu: 61 % of its time at the P
+// barrier); now one consumer's S runs on the tensor cores while the other's softmax runs,
+// and only the row-maximum hand-over (block k's softmax needs the maxima after block k - 1)
+// is serial. A consumer defers the P V of the other's block until after its own next
+// softmax, so that hand-over is the only wait on the softmax chain.
+// S of row r is scaled by softmax_scale x kv_scale x q_scale[r] (the row's Q quantisation
+// scale); P <= 2^kRescaleSlack = 256 < 448, the e4m3 maximum; O is multiplied by kv_scale
+// in the epilogue.
 //
 // O^T accumulators o[b] (b = 0..3: dims 256 wg + 64 b ..): lane l of warp w holds output
 // rows n = 8i + 2(l%4) + e (i < 8, e < 2) at dims 256 wg + 64 b + 16 w + 2(l/4) + {0, 1},
-// as o[b][4i + e] (even dim) and o[b][4i + 2 + e] (odd dim).
+// as o[b][4i + e] (even dim) and o[b][4i + 2 + e] (odd dim). The softmax state (max m,
+// partial sum l) is per row r0 = 16w + l/4 and r1 = r0 + 8 of the S fragment; each
+// consumer sums only the P of its own blocks, the epilogue adds the two.
 #pragma once
 
 #include <cuda_fp8.h>
@@ -107,14 +117,45 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&a)[4][2][4]) {
   }
 }
 
-#ifndef KBMLA_FP8_PREFETCH_S  // experiments only: 1 issues S of the next block before the softmax (measured slower: 383.7 vs 380.9 us on B64_L32768)
-#define KBMLA_FP8_PREFETCH_S 0
-#endif
+// The P V of one block for this consumer's 256 dims: O^T rescaled by the block's row
+// factors when any differs from 1 (`rescale`, the owner's OR), then 8 wgmma over the V^T
+// fragments of the stage and the owner's P tile.
+template <int kWg>
+__device__ __forceinline__ void add_pv(float (&o)[4][32], uint32_t stage_addr, uint32_t zero_addr, uint64_t p_desc,
+                                       const float* scale, bool rescale, int valid_tokens, int warp, int lane) {
+  if (rescale) rescale_ot(o, scale, 2 * (lane % 4));
+  uint32_t a[4][2][4];
+  load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+  fence_fragments(a);
+  wgmma_fence();
+  fence_accumulators(o);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) wgmma_pv_fp8_rs(a[b][kb], desc_advance(p_desc, kb * 32), o[b]);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(o);
+}
 
-template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
+// The hand-over of a block from its owner: the maxima after the block (this consumer's
+// next softmax starts from them) and, when the owner rescaled, this consumer's partial
+// sums times the block's factors.
+__device__ __forceinline__ void take_over_row_state(const float* row_max, const float* scale, bool rescale, int r0,
+                                                    int r1, float& m0, float& m1, float& l0, float& l1) {
+  m0 = row_max[r0];
+  m1 = row_max[r1];
+  if (rescale) {
+    l0 *= scale[r0];
+    l1 *= scale[r1];
+  }
+}
+
+template <KernelMode Mode, int QkBoxes, int kWg>
 __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
-  constexpr int wg = kSoftmaxOwner ? 0 : 1;
-  const int tid = threadIdx.x - 128 * (wg + 1);
+  constexpr int kOther = 1 - kWg;
+  const int tid = threadIdx.x - 128 * (kWg + 1);
   const int warp = tid / 32, lane = tid % 32;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
   const int col_pair = 2 * (lane % 4);
@@ -124,40 +165,38 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
-  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
-  uint8_t* p_tile = smem + SmemLayout::p;
+  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);  // [owner][64]
+  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);      // [owner][64]
+  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);  // [owner]
+  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][consumer][64]
+  uint8_t* own_p = smem + SmemLayout::p + kWg * kPBytes;
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
+  const uint64_t own_p_desc = desc_k_major_sw64(smem_addr(own_p));
+  const uint64_t other_p_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::p + kOther * kPBytes));
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint64_t p_desc = desc_k_major_sw64(smem_addr(p_tile));
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
   const float neg_inf = -__int_as_float(0x7f800000);
   const float kv_scale = *p.kv_scale;
 
   int item_count = 0;
   int block_count = 0;
-  const unsigned long long start_ns = kSoftmaxOwner && p.timeline != nullptr ? global_timer_ns() : 0;
+  bool own_p_in_use = false;  // the other consumer still has to release our P tile (kBarPFree)
+  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    if (kSoftmaxOwner && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
+    if (kWg == 0 && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
       atomicOr(p.error_word, kErrDcpPositions);
     }
-    // Consumer 0 only: visibility, S factors and statistics of rows r0 and r1.
-    int vis0 = 0, vis1 = 0;
+    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
+    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale (rows
     // past the request's rows read a neighbour's scale; they are never written out).
-    float f0 = 0.f, f1 = 0.f;
-    if constexpr (kSoftmaxOwner) {
-      vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
-      vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
-      const int64_t row_base = int64_t{it.batch} * p.rows;
-      const int q0 = min(it.row_begin + r0, p.rows - 1), q1 = min(it.row_begin + r1, p.rows - 1);
-      f0 = p.scale_log2 * kv_scale * p.q_scale[row_base + q0];
-      f1 = p.scale_log2 * kv_scale * p.q_scale[row_base + q1];
-      Mbarrier::wait(q_full, item_count & 1);
-    }
+    const int64_t row_base = int64_t{it.batch} * p.rows;
+    const float f0 = p.scale_log2 * kv_scale * p.q_scale[row_base + min(it.row_begin + r0, p.rows - 1)];
+    const float f1 = p.scale_log2 * kv_scale * p.q_scale[row_base + min(it.row_begin + r1, p.rows - 1)];
+    Mbarrier::wait(q_full, item_count & 1);
 
     float o[4][32];
 #pragma unroll
@@ -167,124 +206,133 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     }
     float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     bool bad = false;
+    // The other's block just before this one (same item), whose P V waits until after
+    // this consumer's next softmax.
+    bool deferred = false;
+    int deferred_stage = 0, deferred_valid = 0;
 
-    // Consumer 0 issues S of the item's first block here and, in each iteration, S of the
-    // next block before the softmax of this one, so the tensor cores compute it while the
-    // softmax runs (its stage wait moves along). Not across items: Q changes.
-    // S lives only inside this region (ptxas serialises every wgmma, C7518, when an
-    // in-flight S may flow out of a branch).
-    constexpr bool kPrefetchS = kSoftmaxOwner && Mode != KernelMode::kLoadOnly && KBMLA_FP8_PREFETCH_S;
-    if (it.blk_begin < it.blk_end) {
-      float s[32];
-      if constexpr (kPrefetchS) {
-        const int stage = block_count % kStages;
-        Mbarrier::wait(full + stage, (block_count / kStages) & 1);
-        issue_s<QkBoxes>(q_desc, kv_addr + stage * kTileBytes, s);
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      bad |= stage_flags[stage] != 0;
+      if constexpr (Mode == KernelMode::kLoadOnly) {
+        release_stage(empty + stage, lane, p.cluster_size);
+        continue;
       }
-
-      for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-        const int stage = block_count % kStages;
-        if constexpr (!kPrefetchS) Mbarrier::wait(full + stage, (block_count / kStages) & 1);
-        bad |= stage_flags[stage] != 0;
-        if constexpr (Mode == KernelMode::kLoadOnly) {
-          release_stage(empty + stage, lane, p.cluster_size);
+      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+      const int valid_tokens = it.seqlen - blk * kBlockTokens;
+      if ((block_count & 1) != kWg) {
+        // The other consumer's block: deferred, unless it ends the item.
+        if (blk + 1 < it.blk_end) {
+          deferred = true;
+          deferred_stage = stage;
+          deferred_valid = valid_tokens;
           continue;
         }
-        const uint32_t stage_addr = kv_addr + stage * kTileBytes;
-        const int valid_tokens = it.seqlen - blk * kBlockTokens;
-        uint32_t a[4][2][4];
-        float s_next[32];
-        bool rescale;
-        if constexpr (kSoftmaxOwner) {
-          if constexpr (!kPrefetchS) issue_s<QkBoxes>(q_desc, stage_addr, s);
-          wgmma_wait<0>();
-          sm90::fence_accumulators(s);
-          if (kPrefetchS && blk + 1 < it.blk_end) {
-            const int next = (block_count + 1) % kStages;
-            Mbarrier::wait(full + next, ((block_count + 1) / kStages) & 1);
-            issue_s<QkBoxes>(q_desc, kv_addr + next * kTileBytes, s_next);
-          }
+        named_sync(kBarFp8PReady + kOther, kConsumerThreads);
+        const bool rescale = rescale_flags[kOther] != 0;
+        take_over_row_state(row_max + kOther * 64, row_scale + kOther * 64, rescale, r0, r1, m0, m1, l0, l1);
+        add_pv<kWg>(o, stage_addr, zero_addr, other_p_desc, row_scale + kOther * 64, rescale, valid_tokens, warp, lane);
+        named_arrive(kBarFp8PFree + kOther, kConsumerThreads);
+        release_stage(empty + stage, lane, p.cluster_size);
+        continue;
+      }
 
-          mask_invisible_keys(s, blk, col_pair, vis0, vis1);
-          // f0, f1 >= 0, so max(s) x f = max(s x f).
-          float mx0, mx1;
-          block_row_max(s, mx0, mx1);
-          const float alpha0 = lazy_rescale(mx0 * f0, m0);
-          const float alpha1 = lazy_rescale(mx1 * f1, m1);
-          const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
-          if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
-          float sum0 = 0.f, sum1 = 0.f;
-          // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
-          // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
-          // 16g + 2 col_pair + 0..3, one 4-byte store per row.
-#pragma unroll
-          for (int g = 0; g < 4; ++g) {
-            float q0[4], q1[4];
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                q0[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + e], f0, neg_base0));
-                q1[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + 2 + e], f1, neg_base1));
-              }
-            }
-            sum0 += (q0[0] + q0[1]) + (q0[2] + q0[3]);
-            sum1 += (q1[0] + q1[1]) + (q1[2] + q1[3]);
-            *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) =
-                e4m3x4(q0[0], q0[1], q0[2], q0[3]);
-            *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) =
-                e4m3x4(q1[0], q1[1], q1[2], q1[3]);
-          }
-          l0 = l0 * alpha0 + sum0;
-          l1 = l1 * alpha1 + sum1;
-          if (lane % 4 == 0) {
-            row_scale[r0] = alpha0;
-            row_scale[r1] = alpha1;
-          }
-          fence_view_async_shared();
-          load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
-          rescale = named_sync_or(kBarP, kConsumerThreads, alpha0 != 1.f || alpha1 != 1.f);
-        } else {
-          // Consumer 1 loads its fragments while consumer 0 computes S.
-          load_vt_fragments<wg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
-          rescale = named_sync_or(kBarP, kConsumerThreads, false);
-        }
-        // Any row's factor below 1 (the barrier ORs consumer 0's): most blocks skip this.
-        if (rescale) rescale_ot(o, row_scale, col_pair);
-        fence_fragments(a);
-        // O^T (4 x 64 dims x 64 rows) += V^T (dims x 64 tokens) P^T: 2 k-steps of 32 tokens.
+      // Own block: S (64 x 64) = Q K^T, 18 (d_qk 576) or 16 (512) k-steps of 32.
+      float s[32];
+      {
+        const uint64_t k_desc = desc_k_major_sw64(stage_addr);
         wgmma_fence();
-        fence_accumulators(o);
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-#pragma unroll
-          for (int kb = 0; kb < 2; ++kb) wgmma_pv_fp8_rs(a[b][kb], desc_advance(p_desc, kb * 32), o[b]);
+        for (int k = 0; k < QkBoxes * 2; ++k) {
+          const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
+          wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();  // consumer 0: S of the next block too
-        fence_accumulators(o);
-        if constexpr (kPrefetchS) {
-          sm90::fence_accumulators(s_next);
-#pragma unroll
-          for (int i = 0; i < 32; ++i) s[i] = s_next[i];
-        }
-        if constexpr (!kSoftmaxOwner) named_arrive(kBarPFree, kConsumerThreads);
-        release_stage(empty + stage, lane, p.cluster_size);
+        wgmma_wait<0>();
+        sm90::fence_accumulators(s);
       }
+      mask_invisible_keys(s, blk, col_pair, vis0, vis1);
+      // f0, f1 >= 0, so max(s) x f = max(s x f).
+      float mx0, mx1;
+      block_row_max(s, mx0, mx1);
+      bool deferred_rescale = false;
+      if (deferred) {
+        named_sync(kBarFp8PReady + kOther, kConsumerThreads);
+        deferred_rescale = rescale_flags[kOther] != 0;
+        take_over_row_state(row_max + kOther * 64, row_scale + kOther * 64, deferred_rescale, r0, r1, m0, m1, l0, l1);
+      }
+      const float alpha0 = lazy_rescale(mx0 * f0, m0);
+      const float alpha1 = lazy_rescale(mx1 * f1, m1);
+      const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
+      // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
+      // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
+      // 16g + 2 col_pair + 0..3, one 4-byte word per row.
+      uint32_t p_words0[4], p_words1[4];
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        float q0[4], q1[4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            q0[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + e], f0, neg_base0));
+            q1[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + 2 + e], f1, neg_base1));
+          }
+        }
+        sum0 += (q0[0] + q0[1]) + (q0[2] + q0[3]);
+        sum1 += (q1[0] + q1[1]) + (q1[2] + q1[3]);
+        p_words0[g] = e4m3x4(q0[0], q0[1], q0[2], q0[3]);
+        p_words1[g] = e4m3x4(q1[0], q1[1], q1[2], q1[3]);
+      }
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
+      // Our P tile, factors and maxima are free once the other consumer finished the P V
+      // of our previous block.
+      if (own_p_in_use) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
+#pragma unroll
+      for (int g = 0; g < 4; ++g) {
+        *reinterpret_cast<uint32_t*>(own_p + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
+        *reinterpret_cast<uint32_t*>(own_p + swizzled64(r1, 16 * g + 2 * col_pair)) = p_words1[g];
+      }
+      if (lane % 4 == 0) {
+        row_scale[kWg * 64 + r0] = alpha0;
+        row_scale[kWg * 64 + r1] = alpha1;
+        row_max[kWg * 64 + r0] = m0;
+        row_max[kWg * 64 + r1] = m1;
+      }
+      fence_view_async_shared();
+      // Our four warps' P and factors complete (our own P V reads all of them); any factor
+      // below 1 makes both consumers rescale O.
+      const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
+      if (tid == 0) rescale_flags[kWg] = rescale;
+      named_arrive(kBarFp8PReady + kWg, kConsumerThreads);
+      own_p_in_use = true;
+      if (deferred) {
+        const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
+        add_pv<kWg>(o, deferred_addr, zero_addr, other_p_desc, row_scale + kOther * 64, deferred_rescale,
+                    deferred_valid, warp, lane);
+        named_arrive(kBarFp8PFree + kOther, kConsumerThreads);
+        release_stage(empty + deferred_stage, lane, p.cluster_size);
+        deferred = false;
+      }
+      add_pv<kWg>(o, stage_addr, zero_addr, own_p_desc, row_scale + kWg * 64, rescale, valid_tokens, warp, lane);
+      release_stage(empty + stage, lane, p.cluster_size);
     }
     Mbarrier::arrive(q_empty);
     ++item_count;
 
-    float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
-    if constexpr (kSoftmaxOwner) publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1);
+    // Row statistics: each consumer's (max, partial sum); the maxima agree (each took the
+    // other's over with its blocks).
+    float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
+    publish_row_stats(stats + kWg * kRowsPerCta, lane, r0, r1, m0, m1, l0, l1);
     named_sync(kBarRowStats, kConsumerThreads);
-    // The item re-resolved: keeping its fields live across the block loop spilled them.
-    write_item_output_transposed(p, resolve_item(p, w), wg, warp, lane, stats, kv_scale, bad, o);
+    write_item_output_transposed(p, it, kWg, warp, lane, stats, kv_scale, bad, o);
   }
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline(p, start_ns, item_count);
-  if constexpr (Mode != KernelMode::kLoadOnly) {
-    if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
-  }
+  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+  // Consume the other consumer's release of our last P tile, so no barrier is left half-done.
+  if (own_p_in_use) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
 }
 
 }  // namespace kbmla::sm90::fp8

@@ -42,7 +42,8 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
 
 // The fp8 kernel's epilogue over O^T fragments (consumer_fp8.cuh): the lane's 16 output
 // rows n = 8i + 2(l%4) + e, each with two adjacent dims per 64-dim block b; the row
-// statistics come from shared memory (written by consumer 0). kv_scale folds the cache's
+// statistics come from shared memory, (max, partial sum) of each consumer (stats[n] and
+// stats[64 + n]; the maxima agree, the sums add). kv_scale folds the cache's
 // dequantisation into 1 / l.
 __device__ __forceinline__ void write_item_output_transposed(const DecodeParams& p, const Item& it, int wg, int warp,
                                                              int lane, const float2* stats, float kv_scale, bool bad,
@@ -58,10 +59,10 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
       const int n = 8 * i + 2 * (lane % 4) + e;
       const int row = it.row_begin + n;
       if (row >= p.rows) continue;
-      const float2 st = stats[n];
-      const bool empty = bad || !(st.y > 0.f);
-      const float inv = empty ? 0.f : kv_scale / st.y;
-      const float lse_log2 = empty ? neg_inf : st.x + __log2f(st.y);
+      const float row_max = stats[n].x, row_sum = stats[n].y + stats[kRowsPerCta + n].y;
+      const bool empty = bad || !(row_sum > 0.f);
+      const float inv = empty ? 0.f : kv_scale / row_sum;
+      const float lse_log2 = empty ? neg_inf : row_max + __log2f(row_sum);
       if (it.slot < 0) {
         __nv_bfloat16* out = static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + dim0;
 #pragma unroll

@@ -59,11 +59,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       run_q_loader<QkBoxes, Fp8Smem>(p, &q_maps, smem);
     }
   } else if (wg == 1) {
-    set_max_registers_inc<kSoftmaxConsumerRegs>();
-    run_consumer_fp8<kMode, QkBoxes, true>(p, smem);
+    set_max_registers_inc<kConsumerRegs>();
+    run_consumer_fp8<kMode, QkBoxes, 0>(p, smem);
   } else {
     set_max_registers_inc<kConsumerRegs>();
-    run_consumer_fp8<kMode, QkBoxes, false>(p, smem);
+    run_consumer_fp8<kMode, QkBoxes, 1>(p, smem);
   }
   if (p.cluster_size > 1) cluster_barrier();
 }
