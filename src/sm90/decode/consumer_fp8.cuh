@@ -180,7 +180,6 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
 
   int item_count = 0;
   int block_count = 0;
-  bool own_p_in_use = false;  // the other consumer still has to release our P tile (kBarPFree)
   if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
@@ -206,10 +205,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     }
     float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     bool bad = false;
-    // The other's block just before this one (same item), whose P V waits until after
+    // The other's block just before this one (same item) waits for its P V until after
     // this consumer's next softmax.
     bool deferred = false;
-    int deferred_stage = 0, deferred_valid = 0;
 
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
@@ -225,8 +223,6 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         // The other consumer's block: deferred, unless it ends the item.
         if (blk + 1 < it.blk_end) {
           deferred = true;
-          deferred_stage = stage;
-          deferred_valid = valid_tokens;
           continue;
         }
         named_sync(kBarFp8PReady + kOther, kConsumerThreads);
@@ -289,8 +285,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       // Our P tile, factors and maxima are free once the other consumer finished the P V
-      // of our previous block.
-      if (own_p_in_use) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
+      // of our previous block (blocks alternate: we owned one before iff block_count > kWg).
+      if (block_count > kWg) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
 #pragma unroll
       for (int g = 0; g < 4; ++g) {
         *reinterpret_cast<uint32_t*>(own_p + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
@@ -308,11 +304,10 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
       if (tid == 0) rescale_flags[kWg] = rescale;
       named_arrive(kBarFp8PReady + kWg, kConsumerThreads);
-      own_p_in_use = true;
-      if (deferred) {
-        const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
-        add_pv<kWg>(o, deferred_addr, zero_addr, other_p_desc, row_scale + kOther * 64, deferred_rescale,
-                    deferred_valid, warp, lane);
+      if (deferred) {  // block blk - 1, the stage before this one
+        const int deferred_stage = (block_count + kStages - 1) % kStages;
+        add_pv<kWg>(o, kv_addr + deferred_stage * kTileBytes, zero_addr, other_p_desc, row_scale + kOther * 64,
+                    deferred_rescale, valid_tokens + kBlockTokens, warp, lane);
         named_arrive(kBarFp8PFree + kOther, kConsumerThreads);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
@@ -332,7 +327,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   }
   if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
   // Consume the other consumer's release of our last P tile, so no barrier is left half-done.
-  if (own_p_in_use) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
+  if (Mode != KernelMode::kLoadOnly && block_count > kWg) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
 }
 
 }  // namespace kbmla::sm90::fp8

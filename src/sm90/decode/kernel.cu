@@ -61,20 +61,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 namespace {
+// attrs[0]: the cluster shape; attrs[1], when `programmatic`: the launch may begin before
+// the previous kernel in the stream ends (that kernel triggers it; see launch_clustered).
 cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_bytes, cudaStream_t stream,
-                                  cudaLaunchAttribute& cluster) {
+                                  cudaLaunchAttribute (&attrs)[2], bool programmatic = false) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
-  cluster = cudaLaunchAttribute{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(cluster_size);
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  attrs[0] = cudaLaunchAttribute{};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = unsigned(cluster_size);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1] = cudaLaunchAttribute{};
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attrs;
+  config.numAttrs = programmatic ? 2 : 1;
   return config;
 }
 
@@ -90,13 +95,13 @@ void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodePar
 
 void launch_clustered(DecodeKernel kernel, uint32_t smem_bytes, cudaError_t attr_err, const QMaps& q_maps,
                       const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
-                      const char* who) {
+                      const char* who, bool programmatic) {
   require(attr_err == cudaSuccess, who, ": cannot reserve ", smem_bytes, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   require(grid.x % unsigned(p.cluster_size) == 0, who, ": grid.x (", grid.x,
           ") is not a multiple of the cluster size (", p.cluster_size, ")");
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, cluster);
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic);
   const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_map, p);
   require(launch_err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
@@ -110,9 +115,9 @@ int max_active_clusters(int cluster_size) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  cudaLaunchAttribute cluster;
+  cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t config = cluster_config(dim3(unsigned(cluster_size)), cluster_size, SmemLayout::alloc,
-                                                   nullptr, cluster);
+                                                   nullptr, attrs);
   int clusters = 0;
   const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   require(err == cudaSuccess, "decode: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(err));

@@ -24,10 +24,12 @@ struct QMaps {
 // What both kernels' launches share: kThreads threads, `smem_bytes` of dynamic shared
 // memory (attr_err: the kernel's limit raise, done once per kernel by the caller),
 // p.cluster_size-CTA clusters, the arguments (q_maps, kv_map, p). Throws naming `who`.
+// `programmatic`: a programmatic dependent of the previous kernel in the stream (the fp8
+// Q quantiser), which must then be waited for (griddepcontrol.wait) before its output is read.
 using DecodeKernel = void (*)(QMaps, CUtensorMap, DecodeParams);
 void launch_clustered(DecodeKernel kernel, uint32_t smem_bytes, cudaError_t attr_err, const QMaps& q_maps,
                       const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
-                      const char* who);
+                      const char* who, bool programmatic = false);
 
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);

@@ -56,13 +56,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
       }
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
+      grid_dependency_wait();  // the quantised Q
       run_q_loader<QkBoxes, Fp8Smem>(p, &q_maps, smem);
     }
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();
+    grid_dependency_wait();  // the Q scales
     run_consumer_fp8<kMode, QkBoxes, 0>(p, smem);
   } else {
     set_max_registers_inc<kConsumerRegs>();
+    grid_dependency_wait();
     run_consumer_fp8<kMode, QkBoxes, 1>(p, smem);
   }
   if (p.cluster_size > 1) cluster_barrier();
@@ -73,7 +76,10 @@ void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& 
   constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
-  launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode (fp8)");
+  // A programmatic dependent of the Q quantiser (launched just before it): the KV
+  // stream starts while Q is quantised.
+  launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode (fp8)",
+                   /*programmatic=*/true);
 }
 
 }  // namespace fp8

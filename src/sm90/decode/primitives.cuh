@@ -71,6 +71,10 @@ __device__ __forceinline__ unsigned sm_id() {
   return id;
 }
 
+// Programmatic dependent launch: block until the previous grid in the stream completed
+// and its memory is visible (a no-op when this grid was launched without the attribute).
+__device__ __forceinline__ void grid_dependency_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

@@ -17,6 +17,9 @@ constexpr int kWarpsPerBlock = 8;
 
 template <int Pairs>
 __global__ void __launch_bounds__(32 * kWarpsPerBlock) quantize_q_kernel(QuantizeQArgs a) {
+  // The decode (a programmatic dependent) may launch now: its KV stream does not need Q,
+  // its Q loader and consumers wait for this grid (griddepcontrol.wait).
+  asm volatile("griddepcontrol.launch_dependents;");
   const int64_t row = int64_t{blockIdx.x} * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= a.rows) return;
   const int lane = threadIdx.x % 32;
