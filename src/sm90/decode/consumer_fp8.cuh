@@ -190,6 +190,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     }
     const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
     const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
+    const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
     // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale (rows
     // past the request's rows read a neighbour's scale; they are never written out).
     const int64_t row_base = int64_t{it.batch} * p.rows;
@@ -248,7 +249,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         wgmma_wait<0>();
         sm90::fence_accumulators(s);
       }
-      mask_invisible_keys(s, blk, col_pair, vis0, vis1);
+      mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
       // f0, f1 >= 0, so max(s) x f = max(s x f).
       float mx0, mx1;
       block_row_max(s, mx0, mx1);

@@ -145,7 +145,11 @@ __device__ __forceinline__ uint64_t desc_k_major(uint32_t addr) { return gmma_de
 // address / 16) plus bytes / 16. Shared addresses are below 2^18, so the field never
 // carries into the next one. Building each k-step's descriptor from its address instead
 // cost ~12 uniform instructions per wgmma, the larger part of issuing S (ncu, fp8 v14).
-__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+// Only the low word changes (one 32-bit add, not a 64-bit add with carry).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
+}
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t addr) { return gmma_desc(addr, kBoxBytes, 1024); }
 // The fp8 kernel's tiles (Q, K, P, V^T): K-major, 64-byte rows with the 64-byte swizzle,
 // 8-row groups 512 bytes apart; a k-step of 32 e4m3 is +32 bytes inside the row.
