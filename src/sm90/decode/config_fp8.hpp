@@ -47,37 +47,44 @@ constexpr uint32_t kBoxBytes = kRowsPerCta * kBoxRowBytes;         // 4096
 constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;              // 36,864 (Q tile or KV stage)
 constexpr uint32_t kPBytes = kRowsPerCta * kBlockTokens;           // 4096
 // The fp8 kernel's stage count (sm90::kStages is the bf16 kernel's); unqualified kStages
-// inside this namespace means this one.
-constexpr int kStages = 4;
+// inside this namespace means this one. Five: the consumers hold up to three stages at a
+// time (the block whose S runs, the block whose softmax runs, the other consumer's block
+// whose P V waits), so four left one in flight (v14).
+constexpr int kStages = 5;
 constexpr float kE4m3Max = 448.f;
+// P of a block is written into its own stage, over the K rope box (box 8, cols 512..575),
+// which S no longer needs once it completed and P V never reads: the P tile lives exactly
+// as long as the stage, so no barrier guards its reuse, and the 8 KiB of separate P tiles
+// became the fifth stage. With d_qk 512 box 8 is unused.
+constexpr uint32_t kPBox = 8;
+static_assert(kPBytes == kBoxBytes && kPBox < kQkBoxes, "P fits the rope box of a stage");
 
 // Named barriers of the fp8 consumers (ids 1..3 as in config.hpp; 0 is __syncthreads).
-// Per owner consumer c (id + c): its P, factors and maxima are written (the owner arrives,
-// the other syncs); the other finished the P V of that P (the other arrives, the owner
-// syncs before writing its next P); the owner's own four warps have written theirs.
+// Per owner consumer c (id + c): its P, factors and maxima of the block are written (the
+// owner arrives, the other syncs); the owner's four warps have written theirs (128 threads).
 constexpr uint32_t kBarFp8PReady = 4;   // 4, 5
-constexpr uint32_t kBarFp8PFree = 6;    // 6, 7
-constexpr uint32_t kBarFp8OwnerP = 8;   // 8, 9 (128 threads)
+constexpr uint32_t kBarFp8OwnerP = 8;   // 8, 9
 
 struct SmemLayout {
   static constexpr uint32_t q = 0;
   static constexpr uint32_t kv = q + kTileBytes;
-  static constexpr uint32_t p = kv + kStages * kTileBytes;  // [owner consumer] P tiles
   // 16 zero bytes: ldmatrix reads them instead of the stage rows of tokens past the
   // request's last token (they may hold anything, NaN included; P is 0 there, 0 x NaN not).
-  static constexpr uint32_t zero_row = p + 2 * kPBytes;
+  static constexpr uint32_t zero_row = kv + kStages * kTileBytes;
   static constexpr uint32_t barriers = zero_row + 16;
   // q_full, q_empty, full[kStages], empty[kStages]
   static constexpr uint32_t num_barriers = 2 + 2 * kStages;
   static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;
-  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;      // uint32[owner]
-  static constexpr uint32_t row_scale = rescale_flags + 4 * 2;              // float[owner][64]: O factors
-  static constexpr uint32_t row_max = row_scale + 4 * 2 * kRowsPerCta;      // float[owner][64]: maxima after
-  static constexpr uint32_t row_stats = row_max + 4 * 2 * kRowsPerCta;      // float2[parity][consumer][64]
+  // The owner's hand-over of each stage's block: any factor below 1, the factors, the
+  // running maxima after the block.
+  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;      // uint32[stage]
+  static constexpr uint32_t row_scale = rescale_flags + 4 * kStages;        // float[stage][64]
+  static constexpr uint32_t row_max = row_scale + 4 * kStages * kRowsPerCta;  // float[stage][64]
+  static constexpr uint32_t row_stats = row_max + 4 * kStages * kRowsPerCta;  // float2[parity][consumer][64]
   static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;
 };
-static_assert(SmemLayout::kv % 1024 == 0 && SmemLayout::p % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+static_assert(SmemLayout::kv % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
 static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
 static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
 static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");

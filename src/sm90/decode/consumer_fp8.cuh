@@ -165,14 +165,12 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);  // [owner][64]
-  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);      // [owner][64]
-  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);  // [owner]
+  // The owner's hand-over of the block in each stage (config_fp8.hpp).
+  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);  // [stage][64]
+  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);      // [stage][64]
+  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);  // [stage]
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][consumer][64]
-  uint8_t* own_p = smem + SmemLayout::p + kWg * kPBytes;
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
-  const uint64_t own_p_desc = desc_k_major_sw64(smem_addr(own_p));
-  const uint64_t other_p_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::p + kOther * kPBytes));
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
   const float neg_inf = -__int_as_float(0x7f800000);
@@ -227,10 +225,10 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
           continue;
         }
         named_sync(kBarFp8PReady + kOther, kConsumerThreads);
-        const bool rescale = rescale_flags[kOther] != 0;
-        take_over_row_state(row_max + kOther * 64, row_scale + kOther * 64, rescale, r0, r1, m0, m1, l0, l1);
-        add_pv<kWg>(o, stage_addr, zero_addr, other_p_desc, row_scale + kOther * 64, rescale, valid_tokens, warp, lane);
-        named_arrive(kBarFp8PFree + kOther, kConsumerThreads);
+        const bool rescale = rescale_flags[stage] != 0;
+        take_over_row_state(row_max + stage * 64, row_scale + stage * 64, rescale, r0, r1, m0, m1, l0, l1);
+        add_pv<kWg>(o, stage_addr, zero_addr, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes), row_scale + stage * 64,
+                    rescale, valid_tokens, warp, lane);
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
@@ -253,11 +251,14 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       // f0, f1 >= 0, so max(s) x f = max(s x f).
       float mx0, mx1;
       block_row_max(s, mx0, mx1);
+      // The deferred block is the one before this, in the stage before this one.
+      const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
         named_sync(kBarFp8PReady + kOther, kConsumerThreads);
-        deferred_rescale = rescale_flags[kOther] != 0;
-        take_over_row_state(row_max + kOther * 64, row_scale + kOther * 64, deferred_rescale, r0, r1, m0, m1, l0, l1);
+        deferred_rescale = rescale_flags[deferred_stage] != 0;
+        take_over_row_state(row_max + deferred_stage * 64, row_scale + deferred_stage * 64, deferred_rescale, r0, r1,
+                            m0, m1, l0, l1);
       }
       const float alpha0 = lazy_rescale(mx0 * f0, m0);
       const float alpha1 = lazy_rescale(mx1 * f1, m1);
@@ -285,35 +286,34 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       }
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
-      // Our P tile, factors and maxima are free once the other consumer finished the P V
-      // of our previous block (blocks alternate: we owned one before iff block_count > kWg).
-      if (block_count > kWg) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
+      // P over the stage's rope box (S, the only reader of that box, has completed).
+      uint8_t* p_tile = smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes;
 #pragma unroll
       for (int g = 0; g < 4; ++g) {
-        *reinterpret_cast<uint32_t*>(own_p + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
-        *reinterpret_cast<uint32_t*>(own_p + swizzled64(r1, 16 * g + 2 * col_pair)) = p_words1[g];
+        *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
+        *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) = p_words1[g];
       }
       if (lane % 4 == 0) {
-        row_scale[kWg * 64 + r0] = alpha0;
-        row_scale[kWg * 64 + r1] = alpha1;
-        row_max[kWg * 64 + r0] = m0;
-        row_max[kWg * 64 + r1] = m1;
+        row_scale[stage * 64 + r0] = alpha0;
+        row_scale[stage * 64 + r1] = alpha1;
+        row_max[stage * 64 + r0] = m0;
+        row_max[stage * 64 + r1] = m1;
       }
       fence_view_async_shared();
       // Our four warps' P and factors complete (our own P V reads all of them); any factor
       // below 1 makes both consumers rescale O.
       const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
-      if (tid == 0) rescale_flags[kWg] = rescale;
+      if (tid == 0) rescale_flags[stage] = rescale;
       named_arrive(kBarFp8PReady + kWg, kConsumerThreads);
-      if (deferred) {  // block blk - 1, the stage before this one
-        const int deferred_stage = (block_count + kStages - 1) % kStages;
-        add_pv<kWg>(o, kv_addr + deferred_stage * kTileBytes, zero_addr, other_p_desc, row_scale + kOther * 64,
-                    deferred_rescale, valid_tokens + kBlockTokens, warp, lane);
-        named_arrive(kBarFp8PFree + kOther, kConsumerThreads);
+      if (deferred) {
+        const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
+        add_pv<kWg>(o, deferred_addr, zero_addr, desc_k_major_sw64(deferred_addr + kPBox * kBoxBytes),
+                    row_scale + deferred_stage * 64, deferred_rescale, valid_tokens + kBlockTokens, warp, lane);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
       }
-      add_pv<kWg>(o, stage_addr, zero_addr, own_p_desc, row_scale + kWg * 64, rescale, valid_tokens, warp, lane);
+      add_pv<kWg>(o, stage_addr, zero_addr, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes), row_scale + stage * 64,
+                  rescale, valid_tokens, warp, lane);
       release_stage(empty + stage, lane, p.cluster_size);
     }
     Mbarrier::arrive(q_empty);
@@ -327,8 +327,6 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     write_item_output_transposed(p, it, kWg, warp, lane, stats, kv_scale, bad, o);
   }
   if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
-  // Consume the other consumer's release of our last P tile, so no barrier is left half-done.
-  if (Mode != KernelMode::kLoadOnly && block_count > kWg) named_sync(kBarFp8PFree + kWg, kConsumerThreads);
 }
 
 }  // namespace kbmla::sm90::fp8
