@@ -12,7 +12,7 @@
 // the A fragment. No transposed copy, no transposer warps (v12-v13 wrote V^T to shared
 // memory and were limited by it: 52-61 % of copy; bench/NOTES.md v14).
 // The tokens inside each 16-token group are in the order 0,1,8,9, 2,3,10,11, ... in the A
-// fragment (what ldmatrix.trans of rows 0-7 and 8-15 gives), and consumer 0 writes P in
+// fragment (what ldmatrix.trans of rows 0-7 and 8-15 gives), and the softmax writes P in
 // the same order, so the sum over tokens is unchanged. The dims of an accumulator row are
 // permuted too: fragment row x of a warp's 16 is dim 2x (x < 8) or 2(x - 8) + 1, so a lane
 // holds two adjacent dims of each output row (consumer_fp8.cuh, epilogue.cuh).
@@ -28,12 +28,13 @@
 //
 // Shared memory (bytes):
 //   Q        9 x [64 rows][64 cols] e4m3 = 36,864
-//   KV[4]    9 x [64 tokens][64 cols]    = 36,864 each
-//   P[2]     [64 rows][64 tokens]        =  4,096 each
-//   zero row, barriers, flags, row factors, maxima and statistics ~3.2 KiB
-//                                                         = 191,xxx bytes.
-// Four stages: with 36 KiB stages, two kept too few bytes in flight per SM for the
-// bandwidth share of one SM (~36 GB/s) at DRAM latency.
+//   KV[5]    9 x [64 tokens][64 cols]    = 36,864 each; a block's P [64 rows][64 tokens]
+//            goes over its stage's box 8 (the rope columns) once S has read them
+//   zero row, barriers, flags, per-stage factors and maxima, row statistics ~4.9 KiB
+//                                                         = 225,944 bytes (+1 KiB to align).
+// Stages: with 36 KiB stages, two kept too few bytes in flight per SM for the bandwidth
+// share of one SM (~32 GB/s) at DRAM latency; five measured 5 % faster than four
+// (bench/NOTES.md, v14-v17).
 #pragma once
 
 #include <cstdint>

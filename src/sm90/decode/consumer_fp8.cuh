@@ -1,7 +1,8 @@
 // Consumer roles of the fp8 kernel. The two consumer warpgroups take the KV blocks in
 // turn (by the parity of the CTA's block counter): the owner of a block computes S = Q K^T
-// (e4m3, M = the 64 rows) and the online softmax, and hands P (e4m3, one shared-memory
-// tile per owner), the per-row rescale factors and the running row maxima to the other;
+// (e4m3, M = the 64 rows) and the online softmax, and hands P (e4m3, written over the
+// stage's rope box), the per-row rescale factors and the running row maxima (per stage)
+// to the other;
 // both add O^T += V^T P^T for their 256 dims, V^T taken from the stage into registers by
 // ldmatrix.trans (config_fp8.hpp says why and how tokens and dims are ordered).
 // Why alternate: with one softmax owner (v14) the block's S, softmax and P V ran one after
@@ -183,9 +184,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    if (kWg == 0 && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
-      atomicOr(p.error_word, kErrDcpPositions);
-    }
+    // (Context-parallel positions are checked by the Q loader thread.)
     const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
     const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
@@ -233,20 +232,11 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         continue;
       }
 
-      // Own block: S (64 x 64) = Q K^T, 18 (d_qk 576) or 16 (512) k-steps of 32.
+      // Own block: S, the online softmax, P.
       float s[32];
-      {
-        const uint64_t k_desc = desc_k_major_sw64(stage_addr);
-        wgmma_fence();
-#pragma unroll
-        for (int k = 0; k < QkBoxes * 2; ++k) {
-          const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
-          wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        sm90::fence_accumulators(s);
-      }
+      issue_s<QkBoxes>(q_desc, stage_addr, s);
+      wgmma_wait<0>();
+      sm90::fence_accumulators(s);
       mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
       // f0, f1 >= 0, so max(s) x f = max(s x f).
       float mx0, mx1;

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
       grid_dependency_wait();  // the quantised Q
-      run_q_loader<QkBoxes, Fp8Smem>(p, &q_maps, smem);
+      run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     }
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();

@@ -185,7 +185,9 @@ struct PagedKvLoader {
 // Q loader (one thread of warp 1): loads each item's Q tile once the consumers released
 // the previous one. It runs apart from the KV loader so that the next item's KV stages
 // stream in while the consumers still finish the current item.
-template <int QkBoxes, class Smem = Bf16Smem>
+// kCheckDcp: this thread also checks each item's context-parallel positions (the fp8
+// kernel, whose consumers have no register to spare for it; bf16: consumer 0 does).
+template <int QkBoxes, class Smem = Bf16Smem, bool kCheckDcp = false>
 __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps* q_maps, uint8_t* smem) {
   using Layout = typename Smem::Layout;
   constexpr uint32_t kBoxBytes = Smem::kBoxBytes;
@@ -197,6 +199,9 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
+    if constexpr (kCheckDcp) {
+      if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
+    }
     Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
     Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;
