@@ -118,16 +118,9 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&a)[4][2][4]) {
   }
 }
 
-// The P V of one block for this consumer's 256 dims: O^T rescaled by the block's row
-// factors when any differs from 1 (`rescale`, the owner's OR), then 8 wgmma over the V^T
-// fragments of the stage and the owner's P tile.
-template <int kWg>
-__device__ __forceinline__ void add_pv(float (&o)[4][32], uint32_t stage_addr, uint32_t zero_addr, uint64_t p_desc,
-                                       const float* scale, bool rescale, int valid_tokens, int warp, int lane) {
-  if (rescale) rescale_ot(o, scale, 2 * (lane % 4));
-  uint32_t a[4][2][4];
-  load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
-  fence_fragments(a);
+// O^T (4 x 64 dims x 64 rows) += V^T (dims x 64 tokens) P^T: 8 wgmma of one commit
+// group over the V^T fragments and the owner's P tile; the caller waits.
+__device__ __forceinline__ void issue_pv(float (&o)[4][32], uint32_t (&a)[4][2][4], uint64_t p_desc) {
   wgmma_fence();
   fence_accumulators(o);
 #pragma unroll
@@ -136,6 +129,18 @@ __device__ __forceinline__ void add_pv(float (&o)[4][32], uint32_t stage_addr, u
     for (int kb = 0; kb < 2; ++kb) wgmma_pv_fp8_rs(a[b][kb], desc_advance(p_desc, kb * 32), o[b]);
   }
   wgmma_commit();
+}
+
+// The P V of one block for this consumer's 256 dims: O^T rescaled by the block's row
+// factors when any differs from 1 (`rescale`, the owner's OR), then issue_pv and its wait.
+template <int kWg>
+__device__ __forceinline__ void add_pv(float (&o)[4][32], uint32_t stage_addr, uint32_t zero_addr,
+                                       const float* scale, bool rescale, int valid_tokens, int warp, int lane) {
+  if (rescale) rescale_ot(o, scale, 2 * (lane % 4));
+  uint32_t a[4][2][4];
+  load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+  fence_fragments(a);
+  issue_pv(o, a, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
   wgmma_wait<0>();
   fence_accumulators(o);
 }
@@ -226,8 +231,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         named_sync(kBarFp8PReady + kOther, kConsumerThreads);
         const bool rescale = rescale_flags[stage] != 0;
         take_over_row_state(row_max + stage * 64, row_scale + stage * 64, rescale, r0, r1, m0, m1, l0, l1);
-        add_pv<kWg>(o, stage_addr, zero_addr, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes), row_scale + stage * 64,
-                    rescale, valid_tokens, warp, lane);
+        add_pv<kWg>(o, stage_addr, zero_addr, row_scale + stage * 64, rescale, valid_tokens, warp, lane);
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
@@ -295,15 +299,30 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
       if (tid == 0) rescale_flags[stage] = rescale;
       named_arrive(kBarFp8PReady + kWg, kConsumerThreads);
+      // The deferred block's P V, then ours; our fragments load while the deferred
+      // block's wgmma run (their shared-memory latency was ~9 % of a consumer's time).
+      uint32_t a_own[4][2][4];
       if (deferred) {
         const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
-        add_pv<kWg>(o, deferred_addr, zero_addr, desc_k_major_sw64(deferred_addr + kPBox * kBoxBytes),
-                    row_scale + deferred_stage * 64, deferred_rescale, valid_tokens + kBlockTokens, warp, lane);
+        if (deferred_rescale) rescale_ot(o, row_scale + deferred_stage * 64, col_pair);
+        uint32_t a_deferred[4][2][4];
+        load_vt_fragments<kWg>(deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
+        fence_fragments(a_deferred);
+        issue_pv(o, a_deferred, desc_k_major_sw64(deferred_addr + kPBox * kBoxBytes));
+        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        fence_fragments(a_own);
+        wgmma_wait<0>();
+        fence_accumulators(o);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
+      } else {
+        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        fence_fragments(a_own);
       }
-      add_pv<kWg>(o, stage_addr, zero_addr, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes), row_scale + stage * 64,
-                  rescale, valid_tokens, warp, lane);
+      if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
+      issue_pv(o, a_own, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
+      wgmma_wait<0>();
+      fence_accumulators(o);
       release_stage(empty + stage, lane, p.cluster_size);
     }
     Mbarrier::arrive(q_empty);
