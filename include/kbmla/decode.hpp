@@ -66,7 +66,7 @@ struct PlanOptions {
   Policy policy = Policy::kWorkList;
   int num_ctas = 0;       // CTA budget; 0 = every SM of the current device
   int static_splits = 0;  // static policies: split count, 0 = best of a cost-model sweep
-  std::optional<CostModel> cost;  // planner cost model; default: sm90_bf16_cost_model(rows)
+  std::optional<CostModel> cost;  // planner cost model; default: sm90_{bf16,fp8}_cost_model(rows) by kv_dtype
   // Work list only, host plans: > 0 makes the plan batch-invariant. Each request is split
   // every this many 64-token KV blocks (at least ceil(blocks / 256)), from its own length
   // alone, so its output is bitwise the same whatever else is in the batch; the pieces

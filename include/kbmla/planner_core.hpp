@@ -61,6 +61,17 @@ KBMLA_HD CostModel sm90_bf16_cost_model(int rows_per_cta) {
   return c;
 }
 
+// The fp8 (e4m3) kernel's model: a block costs less than half the bf16 one against the
+// same item and split overheads. 1000 ns measured best of {2400, 1500, 1000} on six
+// skewed and multi-item cases (H200, --cost-block; lognormal_H16_Sq1 65.7 -> 68.5 % of
+// copy, kimi_lognormal_B64_Sq4_H12 36.9 -> 40.8, uniform_B4_Sq4 46.6 -> 49.3,
+// lognormal_H16_Sq4 57.5 -> 60.4, the other two within 0.6; bench/NOTES.md, v17).
+KBMLA_HD CostModel sm90_fp8_cost_model(int rows_per_cta) {
+  CostModel c = sm90_bf16_cost_model(rows_per_cta);
+  c.per_kv_block = 1000;
+  return c;
+}
+
 struct PlanShape {
   int batch = 1;
   int q_len = 1;

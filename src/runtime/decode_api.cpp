@@ -132,7 +132,10 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   shape.kv_block = sm90::kBlockTokens;
   shape.num_ctas = options.num_ctas;
   shape.fixed_split_blocks = options.batch_invariant_split_blocks;
-  shape.cost = options.cost ? *options.cost : sm90_bf16_cost_model(std::min(config.heads * config.q_len, sm90::kRowsPerCta));
+  const int rows = std::min(config.heads * config.q_len, sm90::kRowsPerCta);
+  shape.cost = options.cost                              ? *options.cost
+               : config.kv_dtype == KvDtype::kFp8E4m3 ? sm90_fp8_cost_model(rows)
+                                                         : sm90_bf16_cost_model(rows);
   return shape;
 }
 
