@@ -1,7 +1,7 @@
 // Producer role: warps of the producer warpgroup walk the same items as the consumers.
 // Warp 0 keeps the KV stage ring fed (TMA boxes, or a cp.async row gather for small
-// pages), one thread of warp 1 loads each item's Q tile. PagedKvLoader maps (request, KV block) to loads for every
-// page size and cache dtype and flags blocks it cannot load.
+// pages), one thread of warp 1 loads each item's Q tile. PagedKvLoader maps (request, KV
+// block) to loads for every page size and cache dtype and flags blocks it cannot load.
 #pragma once
 
 #include "src/sm90/decode/config_fp8.hpp"
@@ -19,14 +19,14 @@ struct Bf16Smem {
   static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
   static constexpr uint32_t kBoxRowBytes = 128;
   static constexpr uint32_t kStageBytes = kTileBytes;
-  static constexpr int kStages = sm90::kStages;  // 2
+  static constexpr int kStages = sm90::kStages;
 };
 struct Fp8Smem {
   using Layout = fp8::SmemLayout;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
   static constexpr uint32_t kStageBytes = fp8::kTileBytes;
-  static constexpr int kStages = fp8::kStages;  // 4
+  static constexpr int kStages = fp8::kStages;
 };
 
 // Paged loader of bf16 or e4m3 rows for page sizes 2^k in 1..256, run by all 32 lanes of
