@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "kbmla/error.hpp"
 #include "kbmla/planner.hpp"
 #include "reference/fp8.hpp"
+#include "reference/fp8_block.hpp"
 #include "reference/random_problem.hpp"
 #include "reference/reference.hpp"
 
@@ -63,6 +67,47 @@ TEST(Fp8, E4m3EncodesAndDecodesTheOcpFormat) {
     }
     EXPECT_EQ(float_to_e4m3(f), b) << "code " << b << " value " << f;
   }
+}
+
+// The 656-byte per-block fp8 token (issue 5 item 2): layout, scales, round trip.
+TEST(Fp8, PerBlockTokenLayoutAndRoundTrip) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  // Groups of very different magnitudes, one all zero, one with a huge value.
+  const float magnitude[kFp8BlockGroups] = {1e-3f, 1.f, 0.f, 3e4f};
+  std::vector<float> latent(kFp8BlockLatent), rope(kFp8BlockRope);
+  for (int d = 0; d < kFp8BlockLatent; ++d) latent[d] = magnitude[d / kFp8BlockGroupSize] * u(rng);
+  latent[3 * kFp8BlockGroupSize + 5] = -6e4f;  // the group maximum, negative
+  for (int j = 0; j < kFp8BlockRope; ++j) rope[j] = 10.f * u(rng);
+  uint8_t token[kFp8BlockTokenBytes];
+  encode_fp8_block_token(latent.data(), rope.data(), token);
+
+  float scale[kFp8BlockGroups];
+  std::memcpy(scale, token + 512, sizeof scale);  // bytes 512..527
+  EXPECT_EQ(scale[2], 1.f) << "an all-zero group keeps scale 1";
+  EXPECT_FLOAT_EQ(scale[3], 6e4f / 448.f);
+  EXPECT_EQ(token[3 * kFp8BlockGroupSize + 5], 0xfe) << "the group maximum is -448 x scale";
+  for (int j = 0; j < kFp8BlockRope; ++j) {
+    uint16_t bits;
+    std::memcpy(&bits, token + 528 + 2 * j, 2);
+    EXPECT_EQ(bits, float_to_bf16(rope[j]).bits) << "rope " << j;
+  }
+
+  float back[kFp8BlockLatent + kFp8BlockRope];
+  decode_fp8_block_token(token, back);
+  for (int d = 0; d < kFp8BlockLatent; ++d) {
+    const int g = d / kFp8BlockGroupSize;
+    // e4m3 keeps 3 mantissa bits (relative error <= 2^-4 after rounding) down to its
+    // smallest normal, 2^-6 x scale; below that the step is 2^-9 x scale.
+    const float tol = std::ldexp(std::fabs(latent[d]), -4) + std::ldexp(scale[g], -10);
+    ASSERT_TRUE(std::isfinite(back[d]));
+    EXPECT_NEAR(back[d], latent[d], tol) << "latent " << d;
+    if (g == 2) {
+      EXPECT_EQ(back[d], 0.f);
+    }
+  }
+  EXPECT_FLOAT_EQ(back[3 * kFp8BlockGroupSize + 5], -6e4f);
+  for (int j = 0; j < kFp8BlockRope; ++j) EXPECT_EQ(back[kFp8BlockLatent + j], bf16_to_float(float_to_bf16(rope[j])));
 }
 
 TEST(Reference, SingleKeyGivesItsValueAndScore) {
