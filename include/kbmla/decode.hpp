@@ -150,6 +150,7 @@ struct RowStrides {
 };
 
 enum class LseBase { kE, k2 };       // natural log (default) or log2
+enum class QDtype { kBFloat16, kFp8E4m3 };  // Q's element type (e4m3: fp8 caches only)
 enum class OutDtype { kBFloat16 };  // the output's element type (bf16 only, for now)
 
 struct DecodeArgs {
@@ -163,6 +164,12 @@ struct DecodeArgs {
   RowStrides q_strides;                 // of q (dense: rows of d_qk, or 512 with q_pe)
   RowStrides q_pe_strides;              // of q_pe (dense: rows of 64)
   const float* kv_scale = nullptr;      // fp8 cache only: fp32 [1], device; value = e4m3 x scale
+  // fp8 caches may take Q already in e4m3: one tensor [batch, q_len, heads, d_qk] of bytes
+  // (q_pe null), rows flattening to one row stride that is a multiple of 16 bytes, with its
+  // own fp32 scale (q value = e4m3 x q_scale[0], device). Then no quantiser runs; with a
+  // bf16 Q the decode quantises it per row first.
+  QDtype q_dtype = QDtype::kBFloat16;
+  const float* q_scale = nullptr;
   const int32_t* block_table = nullptr; // int32 [batch, max_pages], device
   int max_pages = 0;
   const int32_t* seqlens = nullptr;     // int32 [batch], device; the values the plan was made from

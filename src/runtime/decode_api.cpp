@@ -451,6 +451,14 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   require(!fp8 || (a.kv_scale != nullptr && aligned(a.kv_scale, 4)),
           "decode: an fp8 cache needs kv_scale, a 4-byte aligned device pointer to its fp32 scale");
   require(fp8 || a.kv_scale == nullptr, "decode: kv_scale is set but the cache is bf16");
+  const bool q_e4m3 = a.q_dtype == QDtype::kFp8E4m3;
+  require(a.q_dtype == QDtype::kBFloat16 || q_e4m3, "decode: q_dtype (", int(a.q_dtype),
+          ") is not one of kBFloat16, kFp8E4m3");
+  require(!q_e4m3 || fp8, "decode: q_dtype kFp8E4m3 needs an fp8 cache (kv_dtype kFp8E4m3); the bf16 kernel reads "
+          "a bf16 Q");
+  require(!q_e4m3 || (a.q_scale != nullptr && aligned(a.q_scale, 4)),
+          "decode: an e4m3 Q needs q_scale, a 4-byte aligned device pointer to its fp32 scale");
+  require(q_e4m3 || a.q_scale == nullptr, "decode: q_scale is set but q is bf16 (q_dtype kBFloat16)");
   require(!fp8 || mode == sm90::KernelMode::kFull, "decode: the fp8 kernel has the full mode only");
   const int64_t q_rows = int64_t{B} * c.q_len * c.heads;
   require(q_rows < (int64_t{1} << 31), "decode: batch x q_len x heads (", q_rows, ") must be < 2^31");
@@ -460,17 +468,25 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
   sm90::QMaps q_maps;
   int q_pe_col = 0;
-  float* q_scale = nullptr;
+  const float* q_scale = nullptr;
+  int q_scale_stride = 0;
   sm90::QuantizeQArgs quantize{};
-  if (fp8) {
+  if (fp8 && q_e4m3) {
+    // The caller's e4m3 Q and its one scale (every row reads q_scale[0]).
+    const int64_t row_stride = detail::check_e4m3_q(c, B, a);
+    detail::fp8_q_maps_for(c, int64_t{B} * c.q_len * c.heads, a.q, row_stride, P.q_maps, q_maps, q_pe_col);
+    q_scale = a.q_scale;
+  } else if (fp8) {
     // Q to e4m3 per row, into the workspace; launched ahead of the decode on the same
     // stream once every host check has passed.
     const detail::QSource q = detail::check_q(c, B, a);
     const Fp8QArea area = fp8_q_area(h, c);
     uint8_t* q8 = ws_base + area.q8_offset;
-    q_scale = reinterpret_cast<float*>(ws_base + area.scale_offset);
-    quantize = {a.q, q.q_row, a.q_pe, q.pe_row, int(q.latent_cols), c.d_qk, q.rows, q8, q_scale};
-    detail::fp8_q_maps_for(c, q.rows, q8, P.q_maps, q_maps, q_pe_col);
+    float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
+    quantize = {a.q, q.q_row, a.q_pe, q.pe_row, int(q.latent_cols), c.d_qk, q.rows, q8, row_scales};
+    detail::fp8_q_maps_for(c, q.rows, q8, c.d_qk, P.q_maps, q_maps, q_pe_col);
+    q_scale = row_scales;
+    q_scale_stride = 1;
   } else {
     detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col);
   }
@@ -498,6 +514,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;
+  p.q_scale_stride = q_scale_stride;
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
   p.q_pe_col = q_pe_col;
   p.vis = vis;
@@ -539,8 +556,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   if (grid.x > 0) {
     const CUtensorMap& kv_map = *reinterpret_cast<const CUtensorMap*>(cache.tensor_map());
     if (fp8) {
-      sm90::launch_quantize_q(quantize, stream);
-      sm90::launch_decode_fp8(q_maps, kv_map, p, grid, stream);
+      if (!q_e4m3) sm90::launch_quantize_q(quantize, stream);
+      sm90::launch_decode_fp8(q_maps, kv_map, p, grid, stream, /*after_quantiser=*/!q_e4m3);
     } else {
       sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
     }

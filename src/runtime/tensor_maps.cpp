@@ -24,7 +24,8 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // The one row stride (elements) under which Q's (batch, token, head) rows are evenly
 // spaced: TMA loads 64 consecutive rows of a request as one box.
-int64_t flat_row_stride(const RowStrides& s, int batch, int q_len, int heads, int64_t cols, const char* name) {
+int64_t flat_row_stride(const RowStrides& s, int batch, int q_len, int heads, int64_t cols, const char* name,
+                        int64_t multiple) {
   // One row (batch, q_len and heads all 1): its strides are never used.
   if (s.dense() || int64_t{batch} * q_len * heads == 1) return cols;
   const int64_t rs = heads > 1 ? s.head : (q_len > 1 ? s.token : s.batch);
@@ -33,8 +34,8 @@ int64_t flat_row_stride(const RowStrides& s, int batch, int q_len, int heads, in
   require(flat, "decode: ", name, " strides (batch ", s.batch, ", token ", s.token, ", head ", s.head,
           ") do not flatten to one row stride: TMA reads Q by rows, so token must be heads x head and batch q_len x "
           "token (pass a copy in that layout, e.g. .contiguous())");
-  require(rs >= cols && rs % 8 == 0, "decode: ", name, " row stride (", rs, " elements) must be >= ", cols,
-          " and a multiple of 8 (16 bytes, for TMA)");
+  require(rs >= cols && rs % multiple == 0, "decode: ", name, " row stride (", rs, " elements) must be >= ", cols,
+          " and a multiple of ", multiple, " (16 bytes, for TMA)");
   return rs;
 }
 
@@ -88,9 +89,16 @@ QSource check_q(const DecodeConfig& c, int batch, const DecodeArgs& a) {
   require(q.split || a.q_pe_strides.dense(), "decode: q_pe_strides are set but q_pe is null");
   q.latent_cols = q.split ? 512 : c.d_qk;
   q.rows = int64_t{batch} * c.q_len * c.heads;
-  q.q_row = flat_row_stride(a.q_strides, batch, c.q_len, c.heads, q.latent_cols, q.split ? "q (q_nope)" : "q");
-  q.pe_row = q.split ? flat_row_stride(a.q_pe_strides, batch, c.q_len, c.heads, 64, "q_pe") : 0;
+  q.q_row = flat_row_stride(a.q_strides, batch, c.q_len, c.heads, q.latent_cols, q.split ? "q (q_nope)" : "q", 8);
+  q.pe_row = q.split ? flat_row_stride(a.q_pe_strides, batch, c.q_len, c.heads, 64, "q_pe", 8) : 0;
   return q;
+}
+
+int64_t check_e4m3_q(const DecodeConfig& c, int batch, const DecodeArgs& a) {
+  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
+  require(a.q_pe == nullptr && a.q_pe_strides.dense(),
+          "decode: an e4m3 Q comes as one tensor of d_qk bytes per row; q_pe must be null");
+  return flat_row_stride(a.q_strides, batch, c.q_len, c.heads, c.d_qk, "q (e4m3)", 16);
 }
 
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
@@ -113,19 +121,19 @@ void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache
   maps = cache.maps;
 }
 
-void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, QMapCache& cache, sm90::QMaps& maps,
-                    int& q_pe_col) {
-  q_pe_col = sm90::kDqkNoRope;  // the rope box is columns 512..575 of the quantised rows
+void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t row_stride, QMapCache& cache,
+                    sm90::QMaps& maps, int& q_pe_col) {
+  q_pe_col = sm90::kDqkNoRope;  // the rope box is columns 512..575 of the e4m3 rows
   std::lock_guard<std::mutex> lock(cache.mutex);
-  if (cache.q != q8 || cache.q_row != c.d_qk) {
+  if (cache.q != q8 || cache.q_row != row_stride) {
     const cuuint64_t dims[2] = {cuuint64_t(c.d_qk), cuuint64_t(rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(c.d_qk)};
+    const cuuint64_t strides[1] = {cuuint64_t(row_stride)};
     const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
     encode_map(&cache.maps.latent, /*fp8=*/true, q8, 2, dims, strides, box, "the e4m3 Q");
     cache.maps.rope = cache.maps.latent;
     cache.q = q8;
     cache.q_pe = nullptr;
-    cache.q_row = c.d_qk;
+    cache.q_row = row_stride;
     cache.q_pe_row = 0;
   }
   maps = cache.maps;

@@ -50,9 +50,14 @@ struct QSource {
 };
 QSource check_q(const DecodeConfig& c, int batch, const DecodeArgs& a);
 
-// The map of the e4m3 Q rows (d_qk bytes each) the quantiser wrote at q8; kept per plan.
-void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, QMapCache& cache, sm90::QMaps& maps,
-                    int& q_pe_col);
+// Checks a Q the caller gives in e4m3 (fp8 caches; DecodeArgs::q_dtype): one tensor, q_pe
+// null, rows flattening to one stride that is a multiple of 16 bytes. Returns that stride.
+int64_t check_e4m3_q(const DecodeConfig& c, int batch, const DecodeArgs& a);
+
+// The map of e4m3 Q rows (d_qk bytes each, `row_stride` bytes apart) at q8: the quantiser's
+// output in the workspace, or the caller's e4m3 Q; kept per plan.
+void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t row_stride, QMapCache& cache,
+                    sm90::QMaps& maps, int& q_pe_col);
 
 // Checks Q (one tensor, or latent + rope) and returns its maps and the rope column.
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,

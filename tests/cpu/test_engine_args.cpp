@@ -196,6 +196,31 @@ TEST(DecodeArgsChecks, QSourceOfTheFp8Quantiser) {
             std::string::npos);
 }
 
+TEST(DecodeArgsChecks, E4m3QIsOneTensorOf16ByteRows) {
+  DecodeConfig c;
+  c.heads = 16;
+  c.q_len = 2;
+  c.softmax_scale = 0.1f;
+  c.kv_dtype = KvDtype::kFp8E4m3;
+  alignas(16) static char buf[64];
+  DecodeArgs a;
+  a.q = buf;
+  a.q_dtype = QDtype::kFp8E4m3;
+  EXPECT_EQ(detail::check_e4m3_q(c, 3, a), 576);
+  a.q_strides = {2 * 16 * 640, 16 * 640, 640};
+  EXPECT_EQ(detail::check_e4m3_q(c, 3, a), 640);
+  a.q_strides = {2 * 16 * 584, 16 * 584, 584};  // a multiple of 8 bytes, not of 16
+  EXPECT_NE(error_of([&] { detail::check_e4m3_q(c, 3, a); }).find("row stride (584 elements) must be >= 576 and a "
+                                                                   "multiple of 16"),
+            std::string::npos);
+  a.q_strides = {};
+  a.q_pe = buf;
+  EXPECT_NE(error_of([&] { detail::check_e4m3_q(c, 3, a); }).find("q_pe must be null"), std::string::npos);
+  a.q_pe = nullptr;
+  a.q = buf + 8;
+  EXPECT_NE(error_of([&] { detail::check_e4m3_q(c, 3, a); }).find("16-byte aligned"), std::string::npos);
+}
+
 TEST(Dcp, PartialLayoutAndMergeChecks) {
   const DcpPartialLayout l = dcp_partial_layout(3, 4, 16);
   EXPECT_EQ(l.out_offset, 0u);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -100,6 +101,7 @@ struct GpuCase {
   int d_qk = 576;       // 576, or 512 (no rope part)
   int page_size = 64;   // powers of two 1..256
   bool fp8 = false;     // e4m3 cache (scale 2^-8); the reference runs on the dequantised cache
+  bool fp8_q = false;   // with fp8: Q given in e4m3 with one power-of-two scale (the reference on its values)
 };
 
 struct GpuResult {
@@ -112,6 +114,7 @@ inline std::string describe(const GpuCase& c) {
   os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
      << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
      << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string()) << (c.fp8 ? " fp8" : "")
+     << (c.fp8_q ? " e4m3-q" : "")
      << " seqlens";
   for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
   if (c.seqlens.size() > 8) os << " ...";
@@ -142,6 +145,21 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
     }
   }
 
+  // e4m3 Q: one scale, a power of two so that e4m3 x scale is exact in the reference's
+  // bf16 Q; the largest |q| maps to at most 448.
+  float q_scale = 1.f;
+  std::vector<uint8_t> q8;
+  if (c.fp8_q) {
+    float amax = 0.f;
+    for (const ref::Bf16& v : data.q) amax = std::fmax(amax, std::fabs(ref::bf16_to_float(v)));
+    q_scale = amax > 0.f ? std::ldexp(1.f, int(std::ceil(std::log2(amax / 448.f)))) : 1.f;
+    q8.resize(data.q.size());
+    for (size_t i = 0; i < q8.size(); ++i) {
+      q8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.q[i]) / q_scale);
+      data.q[i] = ref::float_to_bf16(ref::e4m3_to_float(q8[i]) * q_scale);
+    }
+  }
+
   DecodeConfig config;
   config.heads = c.heads;
   config.q_len = c.q_len;
@@ -167,6 +185,13 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
              config.kv_dtype);
   DecodeArgs args = dev.args(p.max_pages);
   if (c.fp8) args.kv_scale = dev_kv_scale.ptr;
+  DeviceArray<uint8_t> dev_q8(q8);
+  DeviceArray<float> dev_q_scale(std::vector<float>{q_scale});
+  if (c.fp8_q) {
+    args.q = dev_q8.ptr;
+    args.q_dtype = QDtype::kFp8E4m3;
+    args.q_scale = dev_q_scale.ptr;
+  }
   decode(plan, kv, args);
   GpuResult r;
   r.device_errors = read_device_errors(dev.ws.ptr, nullptr);

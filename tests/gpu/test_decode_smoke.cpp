@@ -70,6 +70,19 @@ TEST(GpuSmoke, Fp8CacheMatchesTheDequantisedReference) {
   }
 }
 
+// Q given in e4m3 with its own scale (no quantiser): one and two CTAs per q tile, q_len 4
+// with the causal tail, d_qk 512, a split request.
+TEST(GpuSmoke, Fp8QGivenInE4m3MatchesTheReference) {
+  KBMLA_REQUIRE_SM90();
+  GpuCase no_rope{16, 1, {3000, 70}};
+  no_rope.d_qk = 512;
+  for (GpuCase c : {GpuCase{16, 4, {0, 1, 65, 700, 3000}}, GpuCase{128, 1, {100, 1000}}, no_rope}) {
+    c.fp8 = true;
+    c.fp8_q = true;
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
 TEST(GpuSmoke, PagedDeviceSideErrorsOnALaterSmallPage) {
   KBMLA_REQUIRE_SM90();
   // Page size 16: the third page of request 0 (not its first, the one read before the

@@ -2,6 +2,7 @@
 // padded rows, LSE in vLLM's [heads, tokens] layout and in base 2. Each must give the
 // dense call's result bit for bit (same plan, same arithmetic), and write nothing outside
 // its rows (the padding stays poisoned).
+#include <algorithm>
 #include <cstring>
 
 #include "tests/gpu/gpu_harness.hpp"
@@ -105,6 +106,93 @@ TEST(GpuEngineArgs, StridedQOutLseAndSplitQMatchTheDenseCall) {
   check_layouts(16, 4, {5000, 0, 3, 900}, 16);
   check_layouts(128, 2, {3000, 1, 700}, 12);  // 2-CTA clusters
   check_layouts(24, 9, {2000, 130}, 0);       // tiles across token boundaries
+}
+
+// Q given in e4m3 (fp8 cache): rows padded to 640 bytes give the dense call's result bit
+// for bit; the argument checks name what is wrong.
+TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
+  KBMLA_REQUIRE_SM90();
+  const int heads = 16, q_len = 2;
+  const std::vector<int32_t> seqlens = {300, 1500};
+  ref::Problem shape;
+  shape.batch = 2;
+  shape.q_len = q_len;
+  shape.heads = heads;
+  shape.scale = 1.0 / std::sqrt(576.0);
+  const auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, 5);
+  const size_t rows = size_t(shape.batch) * q_len * heads;
+  std::vector<uint8_t> cache8(data.cache.size()), q8(rows * 576), q8_pad(rows * 640, 0x7f);
+  for (size_t i = 0; i < cache8.size(); ++i) cache8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.cache[i]) * 256.f);
+  for (size_t i = 0; i < q8.size(); ++i) q8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.q[i]) * 64.f);
+  for (size_t r = 0; r < rows; ++r) std::copy_n(&q8[r * 576], 576, &q8_pad[r * 640]);
+  DecodeConfig config;
+  config.heads = heads;
+  config.q_len = q_len;
+  config.softmax_scale = float(shape.scale);
+  config.kv_dtype = KvDtype::kFp8E4m3;
+  DevicePlan plan = DevicePlan::create(config, seqlens);
+  DeviceProblem dev(data, plan);
+  DeviceArray<uint8_t> dev_cache8(cache8), dev_q8(q8), dev_q8_pad(q8_pad);
+  DeviceArray<float> kv_scale(std::vector<float>{1.f / 256.f}), q_scale(std::vector<float>{1.f / 64.f});
+  KvCache kv(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3);
+  DecodeArgs a = dev.args(data.problem.max_pages);
+  a.kv_scale = kv_scale.ptr;
+  a.q = dev_q8.ptr;
+  a.q_dtype = QDtype::kFp8E4m3;
+  a.q_scale = q_scale.ptr;
+  dev.out.poison();
+  decode(plan, kv, a);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  const std::vector<ref::Bf16> dense = dev.out.download();
+  const std::vector<float> dense_lse = dev.lse.download();
+  for (const ref::Bf16& v : dense) ASSERT_FALSE(std::isnan(ref::bf16_to_float(v)));
+
+  DecodeArgs padded = a;
+  padded.q = dev_q8_pad.ptr;
+  padded.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
+  dev.out.poison();
+  decode(plan, kv, padded);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.data(), rows * 512 * 2), 0);
+  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense_lse.data(), rows * 4), 0);
+
+  auto error_of = [&](const DecodeArgs& args, const DevicePlan& pl, const KvCache& cache) -> std::string {
+    try {
+      decode(pl, cache, args);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  DecodeArgs bad = a;
+  bad.q_scale = nullptr;
+  EXPECT_NE(error_of(bad, plan, kv).find("an e4m3 Q needs q_scale"), std::string::npos);
+  bad = a;
+  bad.q_pe = dev_q8.ptr;
+  EXPECT_NE(error_of(bad, plan, kv).find("q_pe must be null"), std::string::npos);
+  bad = padded;
+  bad.q_strides = {int64_t(q_len) * heads * 584, int64_t(heads) * 584, 584};  // 8 bytes, not 16
+  EXPECT_NE(error_of(bad, plan, kv).find("row stride (584 elements) must be >= 576 and a multiple of 16"),
+            std::string::npos);
+  bad = a;
+  bad.q_dtype = static_cast<QDtype>(3);
+  EXPECT_NE(error_of(bad, plan, kv).find("q_dtype (3) is not one of"), std::string::npos);
+  // A bf16 cache reads a bf16 Q; a bf16 Q has no scale of its own.
+  DecodeConfig bf16_config = config;
+  bf16_config.kv_dtype = KvDtype::kBFloat16;
+  DevicePlan bf16_plan = DevicePlan::create(bf16_config, seqlens);
+  KvCache bf16_kv(dev.cache.ptr, data.problem.num_pages, 64);
+  DeviceArray<uint8_t> bf16_ws(bf16_plan.workspace_bytes());
+  bad = dev.args(data.problem.max_pages);
+  bad.workspace = bf16_ws.ptr;
+  bad.workspace_bytes = bf16_ws.count;
+  bad.q_dtype = QDtype::kFp8E4m3;
+  bad.q_scale = q_scale.ptr;
+  EXPECT_NE(error_of(bad, bf16_plan, bf16_kv).find("q_dtype kFp8E4m3 needs an fp8 cache"), std::string::npos);
+  bad = a;
+  bad.q = dev.q.ptr;
+  bad.q_dtype = QDtype::kBFloat16;
+  EXPECT_NE(error_of(bad, plan, kv).find("q_scale is set but q is bf16"), std::string::npos);
 }
 
 }  // namespace

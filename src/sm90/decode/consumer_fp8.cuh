@@ -11,8 +11,8 @@
 // and only the row-maximum hand-over (block k's softmax needs the maxima after block k - 1)
 // is serial. A consumer defers the P V of the other's block until after its own next
 // softmax, so that hand-over is the only wait on the softmax chain.
-// S of row r is scaled by softmax_scale x kv_scale x q_scale[r] (the row's Q quantisation
-// scale); P <= 2^kRescaleSlack = 256 < 448, the e4m3 maximum; O is multiplied by kv_scale
+// S of row r is scaled by softmax_scale x kv_scale x the row's Q scale (per row from the
+// quantiser, or the one scale of a caller's e4m3 Q); P <= 2^kRescaleSlack = 256 < 448, the e4m3 maximum; O is multiplied by kv_scale
 // in the epilogue.
 //
 // O^T accumulators o[b] (b = 0..3: dims 256 wg + 64 b ..): lane l of warp w holds output
@@ -196,8 +196,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale (rows
     // past the request's rows read a neighbour's scale; they are never written out).
     const int64_t row_base = int64_t{it.batch} * p.rows;
-    const float f0 = p.scale_log2 * kv_scale * p.q_scale[row_base + min(it.row_begin + r0, p.rows - 1)];
-    const float f1 = p.scale_log2 * kv_scale * p.q_scale[row_base + min(it.row_begin + r1, p.rows - 1)];
+    const int64_t q0 = row_base + min(it.row_begin + r0, p.rows - 1), q1 = row_base + min(it.row_begin + r1, p.rows - 1);
+    const float f0 = p.scale_log2 * kv_scale * p.q_scale[q0 * p.q_scale_stride];
+    const float f1 = p.scale_log2 * kv_scale * p.q_scale[q1 * p.q_scale_stride];
     Mbarrier::wait(q_full, item_count & 1);
 
     float o[4][32];

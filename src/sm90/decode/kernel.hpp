@@ -34,10 +34,11 @@ void launch_clustered(DecodeKernel kernel, uint32_t smem_bytes, cudaError_t attr
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
-// fp8 (e4m3) cache: `q_maps.latent` is the map of Q quantised to e4m3 (64-byte swizzle);
-// p.q_scale and p.kv_scale are set. Full mode only.
+// fp8 (e4m3) cache: `q_maps.latent` is the map of the e4m3 Q (64-byte swizzle); p.q_scale
+// and p.kv_scale are set. `after_quantiser`: the Q quantiser was launched just before on
+// `stream`, and the decode becomes its programmatic dependent. Full mode only.
 void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
-                       cudaStream_t stream);
+                       cudaStream_t stream, bool after_quantiser);
 
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to
 // e4m3 per row: scale = max |q| / 448, q8 = q / scale. q8 dense [rows][d_qk], scales [rows].

@@ -72,23 +72,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int QkBoxes>
-void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream) {
+void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
+            bool after_quantiser) {
   constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
-  // A programmatic dependent of the Q quantiser (launched just before it): the KV
-  // stream starts while Q is quantised.
+  // After the Q quantiser, a programmatic dependent of it: the KV stream starts while Q
+  // is quantised. Not after a caller's kernel, which may still be writing the cache.
   launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode (fp8)",
-                   /*programmatic=*/true);
+                   /*programmatic=*/after_quantiser);
 }
 
 }  // namespace fp8
 
 void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
-                       cudaStream_t stream) {
-  if (p.d_qk == kDqkNoRope) return fp8::launch<kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);
+                       cudaStream_t stream, bool after_quantiser) {
+  if (p.d_qk == kDqkNoRope) return fp8::launch<kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream, after_quantiser);
   require(p.d_qk == kDqk, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
-  fp8::launch<kQkBoxes>(q_maps, kv_map, p, grid, stream);
+  fp8::launch<kQkBoxes>(q_maps, kv_map, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90

@@ -32,10 +32,12 @@ struct DecodeParams {
   int page_log2;       // log2(page_size): the loader's shifts
   bool gather_rows;    // page_size < kGatherBelowPage: cp.async row gather instead of TMA
   const uint8_t* kv_cache;  // the cache itself, for the row gather
-  // fp8 cache only (device): the cache's per-tensor scale, and Q's per-row quantisation
-  // scales [batch * rows] (written by the Q quantiser into the workspace).
+  // fp8 cache only (device): the cache's per-tensor scale, and Q's scales: row r reads
+  // q_scale[r * q_scale_stride] (stride 1: the quantiser's per-row scales in the
+  // workspace; 0: the one scale of a Q the caller gave in e4m3).
   const float* kv_scale;
   const float* q_scale;
+  int q_scale_stride;
   int max_pages;
   int seqlen_capacity; // min(max_pages * page_size, INT_MAX): longer seqlens are an error
   int64_t num_pages;
