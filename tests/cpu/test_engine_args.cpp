@@ -167,14 +167,20 @@ TEST(DecodeArgsChecks, QMustFlattenToOneRowStride) {
             std::string::npos);
 }
 
-TEST(DecodeArgsChecks, QSourceOfTheFp8Quantiser) {
-  // The fp8 path reads Q through check_q (the quantiser takes raw rows, not TMA maps):
-  // the same checks, and the row strides it hands the quantiser.
+// 16 heads, q_len 2, an fp8 cache.
+DecodeConfig fp8_config() {
   DecodeConfig c;
   c.heads = 16;
   c.q_len = 2;
   c.softmax_scale = 0.1f;
   c.kv_dtype = KvDtype::kFp8E4m3;
+  return c;
+}
+
+TEST(DecodeArgsChecks, QSourceOfTheFp8Quantiser) {
+  // The fp8 path reads Q through check_q (the quantiser takes raw rows, not TMA maps):
+  // the same checks, and the row strides it hands the quantiser.
+  const DecodeConfig c = fp8_config();
   alignas(16) static char buf[64];
   DecodeArgs a;
   a.q = buf;
@@ -197,11 +203,7 @@ TEST(DecodeArgsChecks, QSourceOfTheFp8Quantiser) {
 }
 
 TEST(DecodeArgsChecks, E4m3QIsOneTensorOf16ByteRows) {
-  DecodeConfig c;
-  c.heads = 16;
-  c.q_len = 2;
-  c.softmax_scale = 0.1f;
-  c.kv_dtype = KvDtype::kFp8E4m3;
+  const DecodeConfig c = fp8_config();
   alignas(16) static char buf[64];
   DecodeArgs a;
   a.q = buf;
