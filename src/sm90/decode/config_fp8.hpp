@@ -1,7 +1,7 @@
 // Compile-time configuration of the sm_90a fp8 MLA decode kernel: the latent cache in
-// e4m3 with one fp32 scale for the whole tensor (576 B per token for d_qk 576), Q
-// quantised per row to e4m3 by a small kernel before the decode (quantize_q.cu), and both
-// products on fp8 wgmma (e4m3 x e4m3 -> fp32).
+// e4m3 with one fp32 scale for the whole tensor (576 B per token for d_qk 576), Q in
+// e4m3 (quantised per row by a small kernel before the decode, quantize_q.cu, or given so
+// by the caller with one scale), and both products on fp8 wgmma (e4m3 x e4m3 -> fp32).
 //
 // fp8 wgmma reads shared-memory operands K-major only. Q, K and P are K-major as they
 // come (d, resp. tokens, contiguous); V is not (the cache holds dims contiguous, and P V
