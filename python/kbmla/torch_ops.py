@@ -33,13 +33,14 @@ def release(obj) -> None:
 @torch.library.custom_op("kbmla::decode", mutates_args=("out", "lse", "workspace"), device_types="cuda")
 def decode(q: torch.Tensor, block_table: torch.Tensor, seqlens: torch.Tensor, out: torch.Tensor,
            lse: torch.Tensor, workspace: torch.Tensor, plan: int, cache: int,
-           kv_scale: Optional[torch.Tensor] = None) -> None:
-    """kv_scale: the fp32 [1] scale of an fp8 cache (None for bf16)."""
+           kv_scale: Optional[torch.Tensor] = None, q_scale: Optional[torch.Tensor] = None) -> None:
+    """kv_scale: the fp32 [1] scale of an fp8 cache (None for bf16). q_scale: with an fp8
+    cache, q may be uint8 e4m3 bytes; q_scale is then its fp32 [1] scale."""
     stream = torch.cuda.current_stream(q.device).cuda_stream
     _kbmla.decode(_objects[plan], _objects[cache], q, block_table, seqlens, out, lse, workspace, stream,
-                  kv_scale=kv_scale)
+                  kv_scale=kv_scale, q_scale=q_scale)
 
 
 @decode.register_fake
-def _decode_fake(q, block_table, seqlens, out, lse, workspace, plan, cache, kv_scale=None):
+def _decode_fake(q, block_table, seqlens, out, lse, workspace, plan, cache, kv_scale=None, q_scale=None):
     return None

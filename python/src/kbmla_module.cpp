@@ -91,8 +91,18 @@ RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.st
 
 // The decode arguments of a plan with `batch` requests, checked as decode() checks them.
 // q, q_pe, out and lse may be strided views (the C++ API checks what their strides allow).
+// q of uint8: e4m3 bytes (fp8 caches only), one tensor of d_qk columns.
+bool q_is_e4m3(const Tensor& q) { return q.dtype() == kU8.code; }
+
 void check_decode_tensors(const DecodeConfig& c, int batch, const DecodeTensors& t, size_t workspace_bytes) {
-  check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, t.q_pe ? 512 : c.d_qk}, Layout::kRows);
+  if (q_is_e4m3(t.q)) {
+    require(c.kv_dtype == KvDtype::kFp8E4m3, "q is uint8 (e4m3 bytes), which needs an fp8 cache (kv_dtype "
+            "fp8_e4m3); a bf16 cache takes a bfloat16 q");
+    require(!t.q_pe, "q is uint8 (e4m3 bytes): it comes as one tensor of d_qk columns, q_pe must be None");
+    check_tensor(t.q, "q", kU8, {batch, c.q_len, c.heads, c.d_qk}, Layout::kRows);
+  } else {
+    check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, t.q_pe ? 512 : c.d_qk}, Layout::kRows);
+  }
   if (t.q_pe) check_tensor(*t.q_pe, "q_pe", kBf16, {batch, c.q_len, c.heads, 64}, Layout::kRows);
   check_tensor(t.block_table, "block_table", kI32, {batch, -1});
   check_tensor(t.seqlens, "seqlens", kI32, {batch});
@@ -297,7 +307,7 @@ NB_MODULE(_kbmla, m) {
       [](const DevicePlan& plan, const KvCache& cache, Tensor q, Tensor block_table, Tensor seqlens, Tensor out,
          Tensor lse, Tensor workspace, uintptr_t stream, std::optional<Tensor> q_pe, const std::string& lse_base,
          std::optional<Tensor> dcp_global_seqlens, std::optional<Tensor> dcp_kv_offsets,
-         std::optional<Tensor> kv_scale) {
+         std::optional<Tensor> kv_scale, std::optional<Tensor> q_scale) {
         const int B = plan.batch();
         check_decode_tensors(plan.config(), B, {q, block_table, seqlens, out, lse, workspace, q_pe},
                              plan.workspace_bytes());
@@ -328,6 +338,16 @@ NB_MODULE(_kbmla, m) {
           check_tensor(*kv_scale, "kv_scale", kF32, {1});
           a.kv_scale = static_cast<const float*>(kv_scale->data());
         }
+        if (q_is_e4m3(q)) {
+          require(q_scale.has_value(), "q is uint8 (e4m3 bytes) and needs q_scale, a float32 tensor of one element "
+                  "on the GPU (value = e4m3 x scale)");
+          a.q_dtype = QDtype::kFp8E4m3;
+        }
+        if (q_scale) {
+          require(a.q_dtype == QDtype::kFp8E4m3, "q_scale is given but q is bfloat16 (only an e4m3 q has a scale)");
+          check_tensor(*q_scale, "q_scale", kF32, {1});
+          a.q_scale = static_cast<const float*>(q_scale->data());
+        }
         a.workspace = workspace.data();
         a.workspace_bytes = workspace.shape(0);
         a.stream = reinterpret_cast<void*>(stream);
@@ -336,10 +356,11 @@ NB_MODULE(_kbmla, m) {
       nb::arg("plan"), nb::arg("cache"), nb::arg("q"), nb::arg("block_table"), nb::arg("seqlens"), nb::arg("out"),
       nb::arg("lse"), nb::arg("workspace"), nb::arg("stream") = 0, nb::kw_only(), nb::arg("q_pe") = nb::none(),
       nb::arg("lse_base") = "e", nb::arg("dcp_global_seqlens") = nb::none(), nb::arg("dcp_kv_offsets") = nb::none(),
-      nb::arg("kv_scale") = nb::none(),
+      nb::arg("kv_scale") = nb::none(), nb::arg("q_scale") = nb::none(),
       "One layer's decode: out and lse written on `stream` (an integer cudaStream_t), no allocation, no sync. "
       "q (or q_nope with q_pe), out and lse may be strided views with a dense last dimension. An fp8 cache "
-      "needs kv_scale, a float32 tensor of one element on the GPU (value = e4m3 x scale).");
+      "needs kv_scale, a float32 tensor of one element on the GPU (value = e4m3 x scale); with it, q may be "
+      "uint8 e4m3 bytes (e.g. a float8_e4m3fn tensor's .view(torch.uint8)) with q_scale, its float32 [1] scale.");
 
   m.def(
       "dcp_partial_bytes",

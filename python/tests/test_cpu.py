@@ -105,6 +105,19 @@ def test_decode_args_wrong_dtype_is_named():
         check(c, 3, a)
 
 
+def test_decode_args_e4m3_q_needs_an_fp8_cache_and_its_shape():
+    c, a = args(q=np.zeros((3, 4, 16, 576), np.uint8))
+    with pytest.raises(ValueError, match=r"q is uint8 \(e4m3 bytes\), which needs an fp8 cache"):
+        check(c, 3, a)
+    c.kv_dtype = "fp8_e4m3"
+    # One tensor of d_qk bytes per row: dtype and shape pass, only the host memory is refused.
+    with pytest.raises(ValueError, match="q must be a CUDA tensor"):
+        check(c, 3, a)
+    a["q"] = np.zeros((3, 4, 16, 512), np.uint8)
+    with pytest.raises(ValueError, match=r"q has shape \(3, 4, 16, 512\), expected \(3, 4, 16, 576\)"):
+        check(c, 3, a)
+
+
 def test_decode_args_non_contiguous_q_is_rejected():
     c, a = args(q=np.zeros((3, 4, 16, 1152), np.uint16)[..., ::2])
     with pytest.raises(ValueError, match=r"q's last dimension must be dense; stride 2 of dimension 3 should be 1"):

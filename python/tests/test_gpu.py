@@ -125,6 +125,46 @@ def test_fp8_cache_matches_the_dequantised_reference():
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
 
 
+def test_fp8_cache_with_an_e4m3_q():
+    q, cache, table, seqlens = make_problem(SEQLENS, seed=9)
+    scale = 1.0 / 256
+    cache8 = (cache.float() / scale).to(torch.float8_e4m3fn)
+    dequant = (cache8.float() * scale).to(torch.bfloat16)
+    # Q in e4m3 with one power-of-two scale: e4m3 x scale is exact in bf16 for the reference.
+    q_scale = 2.0 ** math.ceil(math.log2(q.float().abs().max().item() / 448))
+    q8 = (q.float() / q_scale).to(torch.float8_e4m3fn)
+    q_deq = (q8.float() * q_scale).to(torch.bfloat16)
+    cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, kv_dtype="fp8_e4m3")
+    plan = kbmla.Plan.create(cfg, SEQLENS)
+    kv = kbmla.KvCache(cache8.view(torch.uint8))
+    out, lse, ws = buffers(q, plan)
+    kv_scale = torch.tensor([scale], dtype=torch.float32, device="cuda")
+    q_scale_t = torch.tensor([q_scale], dtype=torch.float32, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    kbmla.decode(plan, kv, q8.view(torch.uint8), table, seqlens, out, lse, ws, stream, kv_scale=kv_scale,
+                 q_scale=q_scale_t)
+    assert kbmla.read_device_errors(ws)[0] == 0
+    ref_out, ref_lse = reference(q_deq, dequant, table, seqlens)
+    err = (out.double() - ref_out).norm() / ref_out.norm()
+    assert err < 5e-2
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.double()), finite)
+    assert (lse.double()[finite] - ref_lse[finite]).abs().max() < 5e-2
+    with pytest.raises(Exception, match="needs q_scale"):
+        kbmla.decode(plan, kv, q8.view(torch.uint8), table, seqlens, out, lse, ws, stream, kv_scale=kv_scale)
+    with pytest.raises(Exception, match="q_scale is given but q is bfloat16"):
+        kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, stream, kv_scale=kv_scale, q_scale=q_scale_t)
+    # Through the custom op: the same bits.
+    out2, lse2, ws2 = buffers(q, plan)
+    ph, ch = kops.handle(plan), kops.handle(kv)
+    torch.ops.kbmla.decode(q8.view(torch.uint8), table, seqlens, out2, lse2, ws2, ph, ch, kv_scale=kv_scale,
+                           q_scale=q_scale_t)
+    torch.cuda.synchronize()
+    kops.release(plan)
+    kops.release(kv)
+    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+
+
 def test_wrong_tensor_is_a_value_error():
     q, cache, table, seqlens = make_problem(SEQLENS)
     plan = kbmla.Plan.create(CFG, SEQLENS)
