@@ -31,6 +31,7 @@ struct PlanOptions {
   bool json = false;
   CostModel cost = kDefaultCostModel;
   bool cost_given = false;
+  std::string kv_dtype;  // "" (the case's, else bf16), "bf16" or "fp8_e4m3": picks the cost model
 };
 
 struct PolicyReport {
@@ -120,7 +121,7 @@ void print_report(const PlanReport& r) {
   }
 }
 
-PlanShape shape_for(int batch, int q_len, int heads, const PlanOptions& o) {
+PlanShape shape_for(int batch, int q_len, int heads, bool fp8, const PlanOptions& o) {
   PlanShape s;
   s.batch = batch;
   s.q_len = q_len;
@@ -129,8 +130,9 @@ PlanShape shape_for(int batch, int q_len, int heads, const PlanOptions& o) {
   s.cluster_size = o.cluster > 0 ? o.cluster : sm90_cluster_size(heads, q_len);
   s.tile_rows = kSm90RowsPerCta * s.cluster_size;
   s.num_ctas = o.sms;
-  // The decode's own model unless the cost flags override it.
-  s.cost = o.cost_given ? o.cost : sm90_bf16_cost_model(std::min(heads * q_len, kSm90RowsPerCta));
+  // The decode's own model (by cache dtype) unless the cost flags override it.
+  const int rows = std::min(heads * q_len, kSm90RowsPerCta);
+  s.cost = o.cost_given ? o.cost : fp8 ? sm90_fp8_cost_model(rows) : sm90_bf16_cost_model(rows);
   return s;
 }
 
@@ -139,13 +141,15 @@ int run_plan(const PlanOptions& o) {
   std::vector<PlanReport> reports;
   if (!o.seqlens_csv.empty()) {
     std::vector<int32_t> seqlens = parse_seqlens_csv(o.seqlens_csv);
-    reports.push_back(make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o), seqlens));
+    reports.push_back(
+        make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o.kv_dtype == "fp8_e4m3", o), seqlens));
   } else {
     std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
     for (const auto& c : cases) {
       if (o.case_name != "all" && c.name != o.case_name) continue;
       std::vector<int32_t> seqlens(c.seqlens.begin(), c.seqlens.end());
-      reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, o), seqlens));
+      const bool fp8 = o.kv_dtype.empty() ? c.fp8 : o.kv_dtype == "fp8_e4m3";
+      reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, fp8, o), seqlens));
     }
     if (reports.empty()) find_case(cases, o.case_name);  // throws with the list of names
   }
@@ -177,6 +181,8 @@ Action add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1, 16));
   cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
+  cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype, for the decode's cost model (default: the case's, else bf16)")
+      ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
   add_cost_options(cmd, o->cost);
   return [o, cmd] {
     o->cost_given = cmd->count("--cost-block") + cmd->count("--cost-item") + cmd->count("--cost-split") > 0;
