@@ -181,7 +181,8 @@ Action add_plan_command(CLI::App& app) {
       ->check(CLI::Range(1, 16));
   cmd->add_flag("--no-causal", o->no_causal, "Every query token sees every key");
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
-  cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype, for the decode's cost model (default: the case's, else bf16)")
+  cmd->add_option("--kv-dtype", o->kv_dtype,
+                  "Cache dtype, for the decode's cost model (default: the case's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
   add_cost_options(cmd, o->cost);
   return [o, cmd] {
