@@ -22,22 +22,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(&q_maps.latent);
     if constexpr (QkBoxes > kLatentBoxes) cute::prefetch_tma_descriptor(&q_maps.rope);
     cute::prefetch_tma_descriptor(&kv_map);
-    Mbarrier::init(bars + 0, 1);                  // q_full: the producer's expect_tx
-    Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
-    for (int s = 0; s < kStages; ++s) {
-      Mbarrier::init(bars + 2 + s, 1);                         // full
-      Mbarrier::init(bars + 2 + kStages + s, kConsumerWarps * p.cluster_size);  // empty (release_stage)
-    }
-    cutlass::arch::fence_barrier_init();
+    init_pipeline_barriers<kStages>(bars, p.cluster_size);
   }
-  if (p.cluster_size > 1) {
-    cluster_barrier();
-  } else {
-    __syncthreads();
-  }
-  // The combine (a programmatic dependent) may launch now; it waits for this grid's
-  // completion before reading anything, so this only hides its launch latency.
-  asm volatile("griddepcontrol.launch_dependents;");
+  kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   // The row gather keeps more state in the producer loop than 40 registers hold.
   constexpr int producer_regs = kGatherRows ? kGatherProducerRegs : kProducerRegs;

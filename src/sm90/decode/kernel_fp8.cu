@@ -28,21 +28,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&q_maps.latent);
     cute::prefetch_tma_descriptor(&kv_map);
-    Mbarrier::init(bars + 0, 1);                  // q_full: the Q loader's expect_tx
-    Mbarrier::init(bars + 1, kConsumerThreads);   // q_empty
-    for (int s = 0; s < kStages; ++s) {
-      Mbarrier::init(bars + 2 + s, 1);                                          // full
-      Mbarrier::init(bars + 2 + kStages + s, kConsumerWarps * p.cluster_size);  // empty (release_stage)
-    }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
-    cutlass::arch::fence_barrier_init();
+    init_pipeline_barriers<kStages>(bars, p.cluster_size);
   }
-  if (p.cluster_size > 1) {
-    cluster_barrier();
-  } else {
-    __syncthreads();
-  }
-  asm volatile("griddepcontrol.launch_dependents;");
+  kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();

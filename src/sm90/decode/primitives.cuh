@@ -110,6 +110,33 @@ __device__ __forceinline__ void cluster_barrier() {
   cute::cluster_wait();
 }
 
+// The pipeline barriers both kernels keep at bars[0..]: q_full (the Q loader's
+// expect_tx), q_empty (every consumer thread), full[kStages] (the KV loader's arrive) and
+// empty[kStages] (every consumer warp of every CTA that receives the stage; release_stage).
+// One thread calls it; kernel_prologue_sync then publishes the inits.
+template <int kStages>
+__device__ __forceinline__ void init_pipeline_barriers(uint64_t* bars, int cluster_size) {
+  Mbarrier::init(bars + 0, 1);
+  Mbarrier::init(bars + 1, kConsumerThreads);
+  for (int s = 0; s < kStages; ++s) {
+    Mbarrier::init(bars + 2 + s, 1);
+    Mbarrier::init(bars + 2 + kStages + s, kConsumerWarps * cluster_size);
+  }
+  cutlass::arch::fence_barrier_init();
+}
+
+// Every thread, after the inits: they become visible (cluster-wide with clusters), then
+// the combine (a programmatic dependent) may launch; it waits for this grid's completion
+// before reading anything, so this only hides its launch latency.
+__device__ __forceinline__ void kernel_prologue_sync(int cluster_size) {
+  if (cluster_size > 1) {
+    cluster_barrier();
+  } else {
+    __syncthreads();
+  }
+  asm volatile("griddepcontrol.launch_dependents;");
+}
+
 // A consumer warp gives a KV stage back. The stage's empty barrier counts one arrival per
 // consumer warp of every CTA that receives the stage (8 x cluster size): with multicast a
 // producer may refill a stage only when both CTAs are done with their copies. Lane c
