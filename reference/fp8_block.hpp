@@ -1,5 +1,5 @@
-// Host codec of the fp8 cache with per-block scales (issue 5 item 2; the kernel does not
-// read it yet), for the reference and the tests. One token is 656 bytes:
+// Host codec of the fp8 cache with per-block scales (issue 5 item 2), for the reference
+// and the tests. One token is 656 bytes:
 //   bytes   0..511  the 512 latent values in e4m3, value d = e4m3[d] x scale[d / 128]
 //   bytes 512..527  4 fp32 scales (little endian), one per 128 latent values
 //   bytes 528..655  the 64 rope values in bf16
@@ -25,15 +25,25 @@ constexpr int kFp8BlockRopeOffset = kFp8BlockScalesOffset + 4 * kFp8BlockGroups;
 constexpr int kFp8BlockTokenBytes = kFp8BlockRopeOffset + 2 * kFp8BlockRope;          // 656
 static_assert(kFp8BlockTokenBytes == 656, "the per-block fp8 token is 656 bytes");
 
-// Encodes one token: latent[512] and rope[64] into out[656].
-inline void encode_fp8_block_token(const float* latent, const float* rope, uint8_t* out) {
+// Encodes one token: latent[512] and rope[64] into out[656]. power_of_two_scales: each
+// scale rounded up to a power of two (e4m3 x scale is then exact in bf16: the GPU tests'
+// reference runs on a bf16 cache). A group holding a NaN gets a NaN scale.
+inline void encode_fp8_block_token(const float* latent, const float* rope, uint8_t* out,
+                                   bool power_of_two_scales = false) {
   for (int g = 0; g < kFp8BlockGroups; ++g) {
     float amax = 0.f;
-    for (int i = 0; i < kFp8BlockGroupSize; ++i) amax = std::fmax(amax, std::fabs(latent[g * kFp8BlockGroupSize + i]));
-    const float scale = amax > 0.f ? amax / 448.f : 1.f;
+    bool nan = false;
+    for (int i = 0; i < kFp8BlockGroupSize; ++i) {
+      const float x = latent[g * kFp8BlockGroupSize + i];
+      nan |= std::isnan(x);
+      amax = std::fmax(amax, std::fabs(x));
+    }
+    float scale = amax > 0.f ? amax / 448.f : 1.f;
+    if (power_of_two_scales) scale = std::ldexp(1.f, int(std::ceil(std::log2(scale))));
+    if (nan) scale = std::nanf("");
     for (int i = 0; i < kFp8BlockGroupSize; ++i) {
       const int d = g * kFp8BlockGroupSize + i;
-      out[d] = float_to_e4m3(latent[d] / scale);
+      out[d] = float_to_e4m3(nan ? latent[d] : latent[d] / scale);
     }
     std::memcpy(out + kFp8BlockScalesOffset + 4 * g, &scale, 4);
   }

@@ -42,7 +42,20 @@ enum class KvDtype {
   kFp8E4m3 = 1,   // e4m3 with one fp32 scale for the whole cache (DecodeArgs::kv_scale):
                   // d_qk bytes per token; Q is quantised to e4m3 per row and both products
                   // run on fp8 tensor cores (P in e4m3 too)
+  kFp8E4m3PerBlock = 2,  // e4m3 with a scale per 128 values of each token, DeepSeek-V3.2 style:
+                  // 656 bytes per token (d_qk 576 only): 512 e4m3 latent values, 4 fp32
+                  // scales (value d = e4m3[d] x scale[d / 128]), the 64 rope values in bf16.
+                  // No kv_scale; Q is quantised per row (latent part; the rope part stays
+                  // bf16), P in e4m3
 };
+
+// "bf16", "fp8_e4m3", "fp8_e4m3_block" (the names of the CLI, the cases file and Python).
+const char* kv_dtype_name(KvDtype d);
+
+// Bytes per token of a cache of `dtype` with `d_qk` values per token.
+constexpr int kv_token_bytes(KvDtype dtype, int d_qk) {
+  return dtype == KvDtype::kFp8E4m3PerBlock ? 656 : dtype == KvDtype::kFp8E4m3 ? d_qk : 2 * d_qk;
+}
 
 struct DecodeConfig {
   int heads = 16;         // 1..128
@@ -120,8 +133,8 @@ class DevicePlan {
   std::unique_ptr<Impl> impl_;
 };
 
-// A paged latent cache [num_pages, page_size, d_qk] of bf16 or e4m3; builds its TMA
-// descriptor once.
+// A paged latent cache [num_pages, page_size, kv_token_bytes(dtype, d_qk) bytes] of bf16,
+// e4m3 or per-block-scaled e4m3 tokens; builds its TMA descriptors once.
 class KvCache {
  public:
   KvCache(const void* data, int64_t num_pages, int page_size, int d_qk = 576, KvDtype dtype = KvDtype::kBFloat16);
@@ -131,6 +144,7 @@ class KvCache {
   int d_qk() const { return d_qk_; }
   KvDtype dtype() const { return dtype_; }
   const void* tensor_map() const { return tensor_map_; }
+  const void* scale_tensor_map() const { return scale_map_; }  // kFp8E4m3PerBlock: the scales' map
 
  private:
   const void* data_;
@@ -139,6 +153,7 @@ class KvCache {
   int d_qk_;
   KvDtype dtype_;
   alignas(64) unsigned char tensor_map_[128];
+  alignas(64) unsigned char scale_map_[128];
 };
 
 // Element strides of a [batch, q_len, heads, ...] tensor whose last dimension is dense.

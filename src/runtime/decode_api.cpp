@@ -33,11 +33,16 @@ using detail::aligned;
 using detail::encode_bf16_map;
 using detail::encode_map;
 
-bool supported_page_size(int page_size) {
-  return page_size >= 1 && page_size <= 256 && (page_size & (page_size - 1)) == 0;
-}
-
 }  // namespace
+
+const char* kv_dtype_name(KvDtype d) {
+  switch (d) {
+    case KvDtype::kBFloat16: return "bf16";
+    case KvDtype::kFp8E4m3: return "fp8_e4m3";
+    case KvDtype::kFp8E4m3PerBlock: return "fp8_e4m3_block";
+  }
+  return "unknown";
+}
 
 const char* policy_name(Policy p) {
   switch (p) {
@@ -53,10 +58,13 @@ void validate_config(const DecodeConfig& c) {
   require(c.q_len >= 1 && c.q_len <= 16, "decode: q_len (", c.q_len, ") must be in 1..16");
   require(c.d_qk == 576 || c.d_qk == 512, "decode: d_qk (", c.d_qk, ") is not supported; supported: 576, 512");
   require(c.d_v == 512, "decode: d_v (", c.d_v, ") is not supported; supported: 512");
-  require(supported_page_size(c.page_size), "decode: page_size (", c.page_size,
+  require(detail::supported_page_size(c.page_size), "decode: page_size (", c.page_size,
           ") is not supported; supported: powers of two 1..256");
-  require(c.kv_dtype == KvDtype::kBFloat16 || c.kv_dtype == KvDtype::kFp8E4m3, "decode: kv_dtype (",
-          int(c.kv_dtype), ") is not one of kBFloat16, kFp8E4m3");
+  require(c.kv_dtype == KvDtype::kBFloat16 || c.kv_dtype == KvDtype::kFp8E4m3 ||
+              c.kv_dtype == KvDtype::kFp8E4m3PerBlock,
+          "decode: kv_dtype (", int(c.kv_dtype), ") is not one of kBFloat16, kFp8E4m3, kFp8E4m3PerBlock");
+  require(c.kv_dtype != KvDtype::kFp8E4m3PerBlock || c.d_qk == 576, "decode: kv_dtype kFp8E4m3PerBlock has d_qk 576 "
+          "(512 latent + 64 rope values per 656-byte token), got d_qk ", c.d_qk);
   require(c.softmax_scale > 0.f && std::isfinite(c.softmax_scale), "decode: softmax_scale (", c.softmax_scale,
           ") must be positive and finite");
   require(c.dcp_world >= 1 && c.dcp_world <= 1024, "decode: dcp_world (", c.dcp_world, ") must be in 1..1024");
@@ -109,7 +117,7 @@ Fp8QArea fp8_q_area(const HostPlan& h, const DecodeConfig& c) {
 }  // namespace
 
 size_t DevicePlan::workspace_bytes() const {
-  if (impl_->config.kv_dtype == KvDtype::kFp8E4m3) return fp8_q_area(impl_->host, impl_->config).end;
+  if (impl_->config.kv_dtype != KvDtype::kBFloat16) return fp8_q_area(impl_->host, impl_->config).end;
   return impl_->host.workspace_bytes(impl_->config.d_v);
 }
 const HostPlan& DevicePlan::host_plan() const { return impl_->host; }
@@ -134,7 +142,7 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   shape.fixed_split_blocks = options.batch_invariant_split_blocks;
   const int rows = std::min(config.heads * config.q_len, sm90::kRowsPerCta);
   shape.cost = options.cost                              ? *options.cost
-               : config.kv_dtype == KvDtype::kFp8E4m3 ? sm90_fp8_cost_model(rows)
+               : config.kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows)
                                                          : sm90_bf16_cost_model(rows);
   return shape;
 }
@@ -349,64 +357,6 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   return DevicePlan(std::move(impl));
 }
 
-KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, KvDtype dtype)
-    : data_(data), num_pages_(num_pages), page_size_(page_size), d_qk_(d_qk), dtype_(dtype) {
-  require(data != nullptr, "KvCache: data is null");
-  require(aligned(data, 16), "KvCache: data must be 16-byte aligned for TMA");
-  require(num_pages >= 1 && num_pages <= (int64_t{1} << 31) - 1, "KvCache: num_pages (", num_pages,
-          ") must be in 1..2^31-1");
-  require(supported_page_size(page_size), "KvCache: page_size (", page_size,
-          ") is not supported; supported: powers of two 1..256");
-  require(num_pages <= (int64_t{1} << 31) / std::max(1, page_size / 64), "KvCache: num_pages (", num_pages,
-          ") x page_size / 64 must be < 2^31 (pages are addressed in 64-token parts)");
-  require(d_qk == 576 || d_qk == 512, "KvCache: d_qk (", d_qk, ") is not supported; supported: 576, 512");
-  require(dtype == KvDtype::kBFloat16 || dtype == KvDtype::kFp8E4m3, "KvCache: dtype (", int(dtype),
-          ") is not one of kBFloat16, kFp8E4m3");
-  static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_), "tensor map storage");
-  // Pages of 64 tokens or more are addressed as 64-token parts (the loader's "virtual
-  // pages"); smaller pages are one box of page_size rows each.
-  const int rows = std::min(page_size, sm90::kBlockTokens);
-  const int64_t parts = num_pages * (page_size / rows);
-  const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(rows), cuuint64_t(parts)};
-  const bool fp8 = dtype == KvDtype::kFp8E4m3;
-  const cuuint64_t row_bytes = cuuint64_t(d_qk) * (fp8 ? 1 : 2);
-  const cuuint64_t strides[2] = {row_bytes, row_bytes * rows};
-  const cuuint32_t box[3] = {sm90::kBoxCols, cuuint32_t(rows), 1};
-  encode_map(reinterpret_cast<CUtensorMap*>(tensor_map_), fp8, data, 3, dims, strides, box, "the KV cache");
-}
-
-void init_workspace(void* workspace, size_t bytes, void* stream) {
-  require(workspace != nullptr && bytes >= kWorkspaceAlign, "init_workspace: need a workspace of at least ",
-          kWorkspaceAlign, " bytes, got ", bytes, workspace == nullptr ? " (null)" : "");
-  check_cuda(cudaMemsetAsync(workspace, 0, kWorkspaceAlign, static_cast<cudaStream_t>(stream)),
-             "init_workspace: cudaMemsetAsync");
-}
-
-uint32_t read_device_errors(const void* workspace, void* stream) {
-  require(workspace != nullptr, "read_device_errors: workspace is null");
-  uint32_t bits = 0;
-  check_cuda(cudaMemcpyAsync(&bits, workspace, sizeof bits, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)),
-             "read_device_errors: copy");
-  check_cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "read_device_errors: synchronize");
-  return bits;
-}
-
-std::string describe_device_errors(uint32_t bits) {
-  if (bits == 0) return "no device errors";
-  std::string s;
-  auto add = [&](uint32_t bit, const char* text) {
-    if (bits & bit) s += (s.empty() ? "" : "; ") + std::string(text);
-  };
-  add(kErrSeqlenNegative, "a seqlen is negative");
-  add(kErrSeqlenBeyondBlockTable, "a seqlen exceeds max_pages x page_size of the block table");
-  add(kErrPageIndexOutOfRange, "a block-table entry is outside [0, num_pages)");
-  add(kErrPlanMismatch, "device seqlens differ from the seqlens the plan was made for");
-  add(kErrPlanFailed, "the device planner rejected the seqlens (a negative seqlen)");
-  add(kErrDcpPositions,
-      "context parallel: a local seqlen or kv offset that the request's global seqlen cannot have");
-  return s;
-}
-
 void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
   detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
 }
@@ -446,20 +396,23 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
           ", d_qk ", cache.d_qk(), ") does not match the plan's config (page_size ", c.page_size, ", d_qk ", c.d_qk,
           ")");
   const bool fp8 = c.kv_dtype == KvDtype::kFp8E4m3;
-  require(cache.dtype() == c.kv_dtype, "decode: the cache's dtype (", fp8 ? "bf16" : "fp8 e4m3",
-          ") does not match the plan's config kv_dtype (", fp8 ? "fp8 e4m3" : "bf16", ")");
+  const bool per_block = c.kv_dtype == KvDtype::kFp8E4m3PerBlock;
+  require(cache.dtype() == c.kv_dtype, "decode: the cache's dtype (", kv_dtype_name(cache.dtype()),
+          ") does not match the plan's config kv_dtype (", kv_dtype_name(c.kv_dtype), ")");
   require(!fp8 || (a.kv_scale != nullptr && aligned(a.kv_scale, 4)),
           "decode: an fp8 cache needs kv_scale, a 4-byte aligned device pointer to its fp32 scale");
-  require(fp8 || a.kv_scale == nullptr, "decode: kv_scale is set but the cache is bf16");
+  require(fp8 || a.kv_scale == nullptr, "decode: kv_scale is set but the cache is ", kv_dtype_name(c.kv_dtype),
+          per_block ? " (its scales are in the cache)" : "");
   const bool q_e4m3 = a.q_dtype == QDtype::kFp8E4m3;
   require(a.q_dtype == QDtype::kBFloat16 || q_e4m3, "decode: q_dtype (", int(a.q_dtype),
           ") is not one of kBFloat16, kFp8E4m3");
-  require(!q_e4m3 || fp8, "decode: q_dtype kFp8E4m3 needs an fp8 cache (kv_dtype kFp8E4m3); the bf16 kernel reads "
-          "a bf16 Q");
+  require(!q_e4m3 || fp8, "decode: q_dtype kFp8E4m3 needs a per-tensor fp8 cache (kv_dtype kFp8E4m3); the ",
+          kv_dtype_name(c.kv_dtype), " kernel reads a bf16 Q");
   require(!q_e4m3 || (a.q_scale != nullptr && aligned(a.q_scale, 4)),
           "decode: an e4m3 Q needs q_scale, a 4-byte aligned device pointer to its fp32 scale");
   require(q_e4m3 || a.q_scale == nullptr, "decode: q_scale is set but q is bf16 (q_dtype kBFloat16)");
-  require(!fp8 || mode == sm90::KernelMode::kFull, "decode: the fp8 kernel has the full mode only");
+  require(c.kv_dtype == KvDtype::kBFloat16 || mode == sm90::KernelMode::kFull,
+          "decode: the fp8 kernels have the full mode only");
   const int64_t q_rows = int64_t{B} * c.q_len * c.heads;
   require(q_rows < (int64_t{1} << 31), "decode: batch x q_len x heads (", q_rows, ") must be < 2^31");
   require(int64_t{B} * a.max_pages < (int64_t{1} << 40), "decode: block table too large");
@@ -476,6 +429,17 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     const int64_t row_stride = detail::check_e4m3_q(c, B, a);
     detail::fp8_q_maps_for(c, int64_t{B} * c.q_len * c.heads, a.q, row_stride, P.q_maps, q_maps, q_pe_col);
     q_scale = a.q_scale;
+  } else if (per_block) {
+    // The latent part of Q to e4m3 per row (scale over its 512 values), into the
+    // workspace; the rope part is read as it is (bf16).
+    const detail::QSource q = detail::check_q(c, B, a);
+    const Fp8QArea area = fp8_q_area(h, c);
+    uint8_t* q8 = ws_base + area.q8_offset;
+    float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
+    quantize = {a.q, q.q_row, nullptr, 0, sm90::kDqkNoRope, sm90::kDqkNoRope, q.rows, q8, row_scales};
+    detail::fp8_block_q_maps_for(q, a, q8, P.q_maps, q_maps, q_pe_col);
+    q_scale = row_scales;
+    q_scale_stride = 1;
   } else if (fp8) {
     // Q to e4m3 per row, into the workspace; launched ahead of the decode on the same
     // stream once every host check has passed.
@@ -509,8 +473,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
   // Small pages are gathered row by row (bf16: below kGatherBelowPage tokens, for speed;
-  // fp8: one-token pages, whose 64-byte rows TMA cannot place).
-  p.gather_rows = fp8 ? c.page_size == 1 : c.page_size < sm90::kGatherBelowPage;
+  // fp8: one-token pages, whose 64-byte rows TMA cannot place; fp8 with per-block scales:
+  // pages below 8 tokens, whose 16-byte scale rows would land off the 128-byte alignment
+  // TMA needs).
+  p.gather_rows = fp8 ? c.page_size == 1 : per_block ? c.page_size < 8 : c.page_size < sm90::kGatherBelowPage;
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;
@@ -555,7 +521,13 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.grid_ctas = int(grid.x);
   if (grid.x > 0) {
     const CUtensorMap& kv_map = *reinterpret_cast<const CUtensorMap*>(cache.tensor_map());
-    if (fp8) {
+    if (per_block) {
+      sm90::KvBlockMaps kv_maps;
+      std::memcpy(&kv_maps.data, cache.tensor_map(), sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.scales, cache.scale_tensor_map(), sizeof(CUtensorMap));
+      sm90::launch_quantize_q(quantize, stream);
+      sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream);
+    } else if (fp8) {
       if (!q_e4m3) sm90::launch_quantize_q(quantize, stream);
       sm90::launch_decode_fp8(q_maps, kv_map, p, grid, stream, /*after_quantiser=*/!q_e4m3);
     } else {

@@ -59,11 +59,16 @@ void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint6
 
 void encode_map(CUtensorMap* map, bool fp8, const void* base, int rank, const cuuint64_t* dims,
                 const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
+  encode_tiled(map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+               fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, base, rank, dims, strides, box, what);
+}
+
+void encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, CUtensorMapSwizzle swizzle, const void* base, int rank,
+                  const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  CUresult r = tensor_map_encoder()(
-      map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base), dims,
-      strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r = tensor_map_encoder()(map, dtype, rank, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ", int(r), ")");
 }
 
@@ -117,6 +122,7 @@ void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache
     cache.q_pe = a.q_pe;
     cache.q_row = q.q_row;
     cache.q_pe_row = q.pe_row;
+    cache.q8 = nullptr;
   }
   maps = cache.maps;
 }
@@ -135,6 +141,31 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
     cache.q_pe = nullptr;
     cache.q_row = row_stride;
     cache.q_pe_row = 0;
+  }
+  maps = cache.maps;
+}
+
+void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, QMapCache& cache, sm90::QMaps& maps,
+                          int& q_pe_col) {
+  q_pe_col = q.split ? 0 : 2 * sm90::kDqkNoRope;
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row ||
+      cache.q8 != q8) {
+    const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
+    const cuuint64_t latent_dims[2] = {cuuint64_t(sm90::kDqkNoRope), cuuint64_t(q.rows)};
+    const cuuint64_t latent_strides[1] = {cuuint64_t(sm90::kDqkNoRope)};
+    encode_map(&cache.maps.latent, /*fp8=*/true, q8, 2, latent_dims, latent_strides, box, "the e4m3 Q (latent)");
+    // The rope values as bytes; the extent ends at the last row's rope (see encode_q_map).
+    const void* rope_base = q.split ? a.q_pe : a.q;
+    const int64_t rope_row_bytes = 2 * (q.split ? q.pe_row : q.q_row);
+    const cuuint64_t rope_dims[2] = {cuuint64_t(q_pe_col + 128), cuuint64_t(q.rows)};
+    const cuuint64_t rope_strides[1] = {cuuint64_t(rope_row_bytes)};
+    encode_map(&cache.maps.rope, /*fp8=*/true, rope_base, 2, rope_dims, rope_strides, box, "q's rope part (bytes)");
+    cache.q = a.q;
+    cache.q_pe = a.q_pe;
+    cache.q_row = q.q_row;
+    cache.q_pe_row = q.pe_row;
+    cache.q8 = q8;
   }
   maps = cache.maps;
 }

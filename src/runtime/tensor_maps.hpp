@@ -24,6 +24,10 @@ void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint6
 void encode_map(CUtensorMap* map, bool fp8, const void* base, int rank, const cuuint64_t* dims,
                 const cuuint64_t* strides, const cuuint32_t* box, const char* what);
 
+// Any element type and swizzle (the per-block fp8 cache's byte maps).
+void encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, CUtensorMapSwizzle swizzle, const void* base, int rank,
+                  const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box, const char* what);
+
 // The element strides a RowStrides stands for (dense: rows of `row_elems`), checked: each
 // stride of a dimension with more than one element positive and a multiple of `multiple`.
 RowStridesView resolve_row_strides(const RowStrides& s, int batch, int q_len, int heads, int64_t row_elems,
@@ -37,6 +41,7 @@ struct QMapCache {
   const void* q = nullptr;
   const void* q_pe = nullptr;
   int64_t q_row = 0, q_pe_row = 0;
+  const void* q8 = nullptr;  // per-block fp8: the quantised latent part in the workspace
   sm90::QMaps maps{};
 };
 
@@ -58,6 +63,12 @@ int64_t check_e4m3_q(const DecodeConfig& c, int batch, const DecodeArgs& a);
 // output in the workspace, or the caller's e4m3 Q; kept per plan.
 void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t row_stride, QMapCache& cache,
                     sm90::QMaps& maps, int& q_pe_col);
+
+// Per-block fp8 caches: the map of the quantised latent part (q8: [rows][512] e4m3) and
+// that of the bf16 rope part as bytes (64-byte boxes, 64-byte swizzle), from q's columns
+// 512..575 or from q_pe; q_pe_col: the rope's first byte column (1024 or 0).
+void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, QMapCache& cache, sm90::QMaps& maps,
+                          int& q_pe_col);
 
 // Checks Q (one tensor, or latent + rope) and returns its maps and the rope column.
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,

@@ -68,10 +68,32 @@ TEST(DecodeConfig, RejectsUnsupportedValuesNamingThem) {
   expect_error(with([](DecodeConfig& c) { c.page_size = 0; }),
                "page_size (0) is not supported; supported: powers of two 1..256");
   expect_error(with([](DecodeConfig& c) { c.kv_dtype = static_cast<KvDtype>(7); }),
-               "kv_dtype (7) is not one of kBFloat16, kFp8E4m3");
+               "kv_dtype (7) is not one of kBFloat16, kFp8E4m3, kFp8E4m3PerBlock");
+  expect_error(with([](DecodeConfig& c) {
+                 c.kv_dtype = KvDtype::kFp8E4m3PerBlock;
+                 c.d_qk = 512;
+               }),
+               "kv_dtype kFp8E4m3PerBlock has d_qk 576 (512 latent + 64 rope values per 656-byte token), got d_qk 512");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = 0.f; }), "softmax_scale (0)");
   expect_error(with([](DecodeConfig& c) { c.softmax_scale = std::numeric_limits<float>::quiet_NaN(); }),
                "softmax_scale");
+}
+
+TEST(DecodeConfig, KvDtypeNamesAndTokenBytes) {
+  EXPECT_STREQ(kv_dtype_name(KvDtype::kBFloat16), "bf16");
+  EXPECT_STREQ(kv_dtype_name(KvDtype::kFp8E4m3), "fp8_e4m3");
+  EXPECT_STREQ(kv_dtype_name(KvDtype::kFp8E4m3PerBlock), "fp8_e4m3_block");
+  EXPECT_EQ(kv_token_bytes(KvDtype::kBFloat16, 576), 1152);
+  EXPECT_EQ(kv_token_bytes(KvDtype::kFp8E4m3, 512), 512);
+  EXPECT_EQ(kv_token_bytes(KvDtype::kFp8E4m3PerBlock, 576), 656);
+  // The cache's own checks run before any driver call.
+  alignas(16) static char buf[656];
+  try {
+    KvCache kv(buf, 1, 64, 512, KvDtype::kFp8E4m3PerBlock);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the per-block fp8 cache has d_qk 576"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DecodeConfig, PolicyNames) {

@@ -16,6 +16,7 @@
 #include "kbmla/device.hpp"
 #include "kbmla/error.hpp"
 #include "reference/fp8.hpp"
+#include "reference/fp8_block.hpp"
 #include "reference/random_problem.hpp"
 #include "reference/reference.hpp"
 
@@ -102,6 +103,11 @@ struct GpuCase {
   int page_size = 64;   // powers of two 1..256
   bool fp8 = false;     // e4m3 cache (scale 2^-8); the reference runs on the dequantised cache
   bool fp8_q = false;   // with fp8: Q given in e4m3 with one power-of-two scale (the reference on its values)
+  // fp8 cache with per-block scales (656-byte tokens; d_qk 576): each token's groups of 128
+  // values first multiplied by 2^-k, k in 0..3 by a hash of (token, group), so that the
+  // scales differ within a block and the running group maxima grow; the reference runs on
+  // the decoded cache (power-of-two scales: exact in bf16).
+  bool fp8_block = false;
 };
 
 struct GpuResult {
@@ -114,7 +120,7 @@ inline std::string describe(const GpuCase& c) {
   os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
      << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
      << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string()) << (c.fp8 ? " fp8" : "")
-     << (c.fp8_q ? " e4m3-q" : "")
+     << (c.fp8_q ? " e4m3-q" : "") << (c.fp8_block ? " fp8-block" : "")
      << " seqlens";
   for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
   if (c.seqlens.size() > 8) os << " ...";
@@ -145,6 +151,23 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
     }
   }
 
+  if (c.fp8_block) {
+    const size_t tokens = data.cache.size() / 576;
+    cache8.resize(tokens * ref::kFp8BlockTokenBytes);
+    std::vector<float> v(576);
+    for (size_t t = 0; t < tokens; ++t) {
+      for (int d = 0; d < 576; ++d) v[d] = ref::bf16_to_float(data.cache[t * 576 + d]);
+      for (int g = 0; g < ref::kFp8BlockGroups; ++g) {
+        const int k = -int(((t * 2654435761u) ^ (g * 40503u)) % 4);
+        for (int i = 0; i < ref::kFp8BlockGroupSize; ++i) v[g * ref::kFp8BlockGroupSize + i] *= std::ldexp(1.f, k);
+      }
+      uint8_t* token = cache8.data() + t * ref::kFp8BlockTokenBytes;
+      ref::encode_fp8_block_token(v.data(), v.data() + 512, token, /*power_of_two_scales=*/true);
+      ref::decode_fp8_block_token(token, v.data());
+      for (int d = 0; d < 576; ++d) data.cache[t * 576 + d] = ref::float_to_bf16(v[d]);
+    }
+  }
+
   // e4m3 Q: one scale, a power of two so that e4m3 x scale is exact in the reference's
   // bf16 Q; the largest |q| maps to at most 448.
   float q_scale = 1.f;
@@ -166,7 +189,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   config.causal = c.causal;
   config.d_qk = c.d_qk;
   config.page_size = c.page_size;
-  config.kv_dtype = c.fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16;
+  config.kv_dtype = c.fp8_block ? KvDtype::kFp8E4m3PerBlock : c.fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16;
   config.softmax_scale = float(p.scale);
   PlanOptions options;
   options.policy = c.policy;
@@ -181,7 +204,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
   DeviceArray<uint8_t> dev_cache8(cache8);
   DeviceArray<float> dev_kv_scale(std::vector<float>{kv_scale});
-  KvCache kv(c.fp8 ? static_cast<const void*>(dev_cache8.ptr) : dev.cache.ptr, p.num_pages, c.page_size, c.d_qk,
+  KvCache kv(c.fp8 || c.fp8_block ? static_cast<const void*>(dev_cache8.ptr) : dev.cache.ptr, p.num_pages, c.page_size, c.d_qk,
              config.kv_dtype);
   DecodeArgs args = dev.args(p.max_pages);
   if (c.fp8) args.kv_scale = dev_kv_scale.ptr;
@@ -214,10 +237,11 @@ inline void expect_accurate(const GpuCase& c, const GpuResult& r) {
   EXPECT_EQ(r.device_errors, 0u) << describe_device_errors(r.device_errors);
   EXPECT_FALSE(r.cmp.any_nan);
   EXPECT_FALSE(r.cmp.infinite_lse_mismatch);
-  EXPECT_LT(r.cmp.rel_frobenius, c.fp8 ? 5e-2 : 1e-2);
-  EXPECT_LT(r.cmp.worst_row_rel, c.fp8 ? 8e-2 : 3e-2);
-  EXPECT_LT(r.cmp.lse_max_abs, c.fp8 ? 5e-2 : 1e-3);
-  if (c.fp8) {
+  const bool fp8 = c.fp8 || c.fp8_block;
+  EXPECT_LT(r.cmp.rel_frobenius, fp8 ? 5e-2 : 1e-2);
+  EXPECT_LT(r.cmp.worst_row_rel, fp8 ? 8e-2 : 3e-2);
+  EXPECT_LT(r.cmp.lse_max_abs, fp8 ? 5e-2 : 1e-3);
+  if (fp8) {
     std::printf("fp8 accuracy: rel %.4f worst row %.4f lse %.4f (%s)\n", r.cmp.rel_frobenius, r.cmp.worst_row_rel,
                 r.cmp.lse_max_abs, describe(c).c_str());
   }

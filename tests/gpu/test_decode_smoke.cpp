@@ -70,6 +70,17 @@ TEST(GpuSmoke, Fp8CacheMatchesTheDequantisedReference) {
   }
 }
 
+// The per-block-scale cache (656-byte tokens): scales that differ per token and group
+// (the running group maxima grow inside items), NaN-poisoned rows past the last token,
+// one and two CTAs per q tile, q_len 4 with the causal tail, a split request.
+TEST(GpuSmoke, Fp8BlockCacheMatchesTheDequantisedReference) {
+  KBMLA_REQUIRE_SM90();
+  for (GpuCase c : {GpuCase{16, 4, {0, 1, 65, 700, 3000}}, GpuCase{128, 1, {100, 1000}}, GpuCase{16, 1, {20000}}}) {
+    c.fp8_block = true;
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
 // Q given in e4m3 with its own scale (no quantiser): one and two CTAs per q tile, q_len 4
 // with the causal tail, d_qk 512, a split request.
 TEST(GpuSmoke, Fp8QGivenInE4m3MatchesTheReference) {

@@ -115,6 +115,25 @@ std::vector<GpuCase> sweep_cases() {
     c.page_size = page_size;
     fp8(c);
   }
+  // fp8 cache with per-block scales (issue 5 item 2): policies, clusters, q_len up to 16,
+  // Kimi K3 heads, page sizes 1..256 (one-token pages gathered).
+  auto fp8_block = [&](GpuCase c) {
+    c.fp8_block = true;
+    cases.push_back(c);
+  };
+  fp8_block({16, 1, {0, 1, 63, 64, 65, 4096}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8_block({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
+  fp8_block({16, 4, {64 * 40 + 3, 70}, Policy::kStatic, 0, 3, true, seed++});
+  fp8_block({64, 1, {1000, 64, 3}, Policy::kStaticPersistent, 0, 3, true, seed++});
+  fp8_block({128, 2, {700, 63, 1}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8_block({12, 9, {2000, 130}, Policy::kWorkList, 0, 0, false, seed++});
+  fp8_block({24, 16, {300, 17}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8_block({96, 4, {1500, 90}, Policy::kWorkList, 0, 0, true, seed++});
+  for (int page_size : {1, 2, 16, 32, 128, 256}) {
+    GpuCase c{16, 4, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
+    c.page_size = page_size;
+    fp8_block(c);
+  }
   // Small CTA budgets and a non-causal multi-token case.
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});

@@ -188,11 +188,91 @@ TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
   bad.workspace_bytes = bf16_ws.count;
   bad.q_dtype = QDtype::kFp8E4m3;
   bad.q_scale = q_scale.ptr;
-  EXPECT_NE(error_of(bad, bf16_plan, bf16_kv).find("q_dtype kFp8E4m3 needs an fp8 cache"), std::string::npos);
+  EXPECT_NE(error_of(bad, bf16_plan, bf16_kv).find("q_dtype kFp8E4m3 needs a per-tensor fp8 cache"), std::string::npos);
   bad = a;
   bad.q = dev.q.ptr;
   bad.q_dtype = QDtype::kBFloat16;
   EXPECT_NE(error_of(bad, plan, kv).find("q_scale is set but q is bf16"), std::string::npos);
+}
+
+// The per-block-scale cache with Q as q_nope + q_pe in padded buffers (the rope map reads
+// q_pe's bytes, the quantiser q_nope's strided rows): the dense call's result bit for bit;
+// then the argument checks particular to it.
+TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
+  KBMLA_REQUIRE_SM90();
+  const int heads = 16, q_len = 2;
+  const std::vector<int32_t> seqlens = {300, 1500};
+  ref::Problem shape;
+  shape.batch = 2;
+  shape.q_len = q_len;
+  shape.heads = heads;
+  shape.scale = 1.0 / std::sqrt(576.0);
+  const auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, 6);
+  const size_t rows = size_t(shape.batch) * q_len * heads, tokens = data.cache.size() / 576;
+  std::vector<uint8_t> cache8(tokens * ref::kFp8BlockTokenBytes);
+  std::vector<float> v(576);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (int d = 0; d < 576; ++d) v[d] = ref::bf16_to_float(data.cache[t * 576 + d]);
+    ref::encode_fp8_block_token(v.data(), v.data() + 512, cache8.data() + t * ref::kFp8BlockTokenBytes);
+  }
+  // q_nope rows of 640, q_pe rows of 72 (both padded, poisoned padding).
+  std::vector<ref::Bf16> nope(rows * 640, ref::float_to_bf16(NAN)), pe(rows * 72, ref::float_to_bf16(NAN));
+  for (size_t r = 0; r < rows; ++r) {
+    std::copy_n(&data.q[r * 576], 512, &nope[r * 640]);
+    std::copy_n(&data.q[r * 576 + 512], 64, &pe[r * 72]);
+  }
+  DecodeConfig config;
+  config.heads = heads;
+  config.q_len = q_len;
+  config.softmax_scale = float(shape.scale);
+  config.kv_dtype = KvDtype::kFp8E4m3PerBlock;
+  DevicePlan plan = DevicePlan::create(config, seqlens);
+  DeviceProblem dev(data, plan);
+  DeviceArray<uint8_t> dev_cache8(cache8);
+  DeviceArray<ref::Bf16> dev_nope(nope), dev_pe(pe);
+  KvCache kv(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3PerBlock);
+  DecodeArgs a = dev.args(data.problem.max_pages);
+  dev.out.poison();
+  decode(plan, kv, a);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  const std::vector<ref::Bf16> dense = dev.out.download();
+  const std::vector<float> dense_lse = dev.lse.download();
+  for (const ref::Bf16& x : dense) ASSERT_FALSE(std::isnan(ref::bf16_to_float(x)));
+
+  DecodeArgs split = a;
+  split.q = dev_nope.ptr;
+  split.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
+  split.q_pe = dev_pe.ptr;
+  split.q_pe_strides = {int64_t(q_len) * heads * 72, int64_t(heads) * 72, 72};
+  dev.out.poison();
+  decode(plan, kv, split);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.data(), rows * 512 * 2), 0);
+  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense_lse.data(), rows * 4), 0);
+
+  auto error_of = [&](const DecodeArgs& args, const KvCache& cache) -> std::string {
+    try {
+      decode(plan, cache, args);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  DeviceArray<float> scale(std::vector<float>{1.f});
+  DecodeArgs bad = a;
+  bad.kv_scale = scale.ptr;
+  EXPECT_NE(error_of(bad, kv).find("kv_scale is set but the cache is fp8_e4m3_block (its scales are in the cache)"),
+            std::string::npos);
+  bad = a;
+  bad.q_dtype = QDtype::kFp8E4m3;
+  bad.q_scale = scale.ptr;
+  EXPECT_NE(error_of(bad, kv).find("q_dtype kFp8E4m3 needs a per-tensor fp8 cache (kv_dtype kFp8E4m3); the "
+                                   "fp8_e4m3_block kernel reads a bf16 Q"),
+            std::string::npos);
+  KvCache per_tensor(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3);
+  EXPECT_NE(error_of(a, per_tensor).find("the cache's dtype (fp8_e4m3) does not match the plan's config kv_dtype "
+                                         "(fp8_e4m3_block)"),
+            std::string::npos);
 }
 
 }  // namespace

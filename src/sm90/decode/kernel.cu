@@ -47,11 +47,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (p.cluster_size > 1) cluster_barrier();
 }
 
-namespace {
-// attrs[0]: the cluster shape; attrs[1], when `programmatic`: the launch may begin before
-// the previous kernel in the stream ends (that kernel triggers it; see launch_clustered).
 cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_bytes, cudaStream_t stream,
-                                  cudaLaunchAttribute (&attrs)[2], bool programmatic = false) {
+                                  cudaLaunchAttribute (&attrs)[2], bool programmatic) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = dim3(kThreads);
@@ -70,6 +67,7 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_byt
   return config;
 }
 
+namespace {
 template <KernelMode Mode, int QkBoxes, bool kGatherRows = false>
 void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
@@ -104,7 +102,7 @@ int max_active_clusters(int cluster_size) {
           cudaGetErrorString(attr_err));
   cudaLaunchAttribute attrs[2];
   const cudaLaunchConfig_t config = cluster_config(dim3(unsigned(cluster_size)), cluster_size, SmemLayout::alloc,
-                                                   nullptr, attrs);
+                                                   nullptr, attrs, false);
   int clusters = 0;
   const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
   require(err == cudaSuccess, "decode: cudaOccupancyMaxActiveClusters failed: ", cudaGetErrorString(err));

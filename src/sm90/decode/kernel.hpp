@@ -21,6 +21,19 @@ struct QMaps {
   CUtensorMap rope;
 };
 
+// The per-block fp8 cache's maps (656-byte rows as bytes): `data` the latent and rope
+// boxes (64 bytes, 64-byte swizzle), `scales` the 16 scale bytes of each row (no swizzle).
+struct KvBlockMaps {
+  CUtensorMap data;
+  CUtensorMap scales;
+};
+
+// The launch configuration of a decode kernel: kThreads threads, `smem_bytes`, the grid
+// in clusters of `cluster_size` (attrs[0]) and, when `programmatic`, the permission to
+// begin before the previous kernel in the stream ends (attrs[1]; that kernel triggers it).
+cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_bytes, cudaStream_t stream,
+                                  cudaLaunchAttribute (&attrs)[2], bool programmatic);
+
 // What both kernels' launches share: kThreads threads, `smem_bytes` of dynamic shared
 // memory (attr_err: the kernel's limit raise, done once per kernel by the caller),
 // p.cluster_size-CTA clusters, the arguments (q_maps, kv_map, p). Throws naming `who`.
@@ -39,6 +52,12 @@ void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const De
 // `stream`, and the decode becomes its programmatic dependent. Full mode only.
 void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser);
+
+// fp8 cache with per-block scales (config_fp8_block.hpp): q_maps.latent the e4m3 Q of the
+// 512 latent columns (per-row scales p.q_scale), q_maps.rope the bf16 rope bytes (64-byte
+// boxes from byte p.q_pe_col); always after the Q quantiser.
+void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                             cudaStream_t stream);
 
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to
 // e4m3 per row: scale = max |q| / 448, q8 = q / scale. q8 dense [rows][d_qk], scales [rows].

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "src/sm90/decode/config_fp8.hpp"
+#include "src/sm90/decode/config_fp8_block.hpp"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/primitives.cuh"
 #include "src/sm90/decode/work.cuh"
@@ -13,21 +14,40 @@ namespace kbmla::sm90 {
 
 // What the loaders need of a kernel's shared memory: where Q, the KV stages, the barriers
 // and the stage flags live, how many stages the ring has, and the TMA box geometry (64
-// columns of 2 or 1 bytes).
+// columns of 2 or 1 bytes). kScaleRowBytes: bytes of per-token scales after the boxes of
+// a stage row (the per-block fp8 cache's 4 fp32, in their own unswizzled box); Maps: the
+// cache's tensor maps (one, or data + scales).
 struct Bf16Smem {
   using Layout = SmemLayout;
+  using Maps = CUtensorMap;
   static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
   static constexpr uint32_t kBoxRowBytes = 128;
+  static constexpr uint32_t kScaleRowBytes = 0;
   static constexpr uint32_t kStageBytes = kTileBytes;
   static constexpr int kStages = sm90::kStages;
 };
 struct Fp8Smem {
   using Layout = fp8::SmemLayout;
+  using Maps = CUtensorMap;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
+  static constexpr uint32_t kScaleRowBytes = 0;
   static constexpr uint32_t kStageBytes = fp8::kTileBytes;
   static constexpr int kStages = fp8::kStages;
 };
+struct Fp8BlockSmem {
+  using Layout = fp8_block::SmemLayout;
+  using Maps = KvBlockMaps;
+  static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
+  static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
+  static constexpr uint32_t kScaleRowBytes = fp8_block::kScaleRowBytes;
+  static constexpr uint32_t kStageBytes = fp8_block::kStageBytes;
+  static constexpr int kStages = fp8_block::kStages;
+};
+
+// The cache's data map: the one map, or the per-block cache's data map.
+__device__ __forceinline__ const CUtensorMap* data_map(const CUtensorMap* m) { return m; }
+__device__ __forceinline__ const CUtensorMap* data_map(const KvBlockMaps* m) { return &m->data; }
 
 // Paged loader of bf16 or e4m3 rows for page sizes 2^k in 1..256, run by all 32 lanes of
 // producer warp 0.
@@ -53,7 +73,13 @@ template <int QkBoxes, class Smem = Bf16Smem>
 struct PagedKvLoader {
   static constexpr uint32_t kBoxBytes = Smem::kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = Smem::kBoxRowBytes;
-  const CUtensorMap* map;
+  static constexpr uint32_t kScaleRowBytes = Smem::kScaleRowBytes;
+  // Box j of a row group: columns 64 j of the cache row for the latent boxes (j < 8); the
+  // rope box(es) after them (bf16 and per-tensor fp8: one box at column 512; per-block
+  // fp8: two 64-byte boxes of the bf16 rope at bytes 528 and 592); then the per-block
+  // cache's scale box (bytes 512..527 of the row, unswizzled, after the stage's boxes).
+  static constexpr int kBoxes = QkBoxes + (kScaleRowBytes > 0 ? 1 : 0);
+  const typename Smem::Maps* maps;
   const DecodeParams& p;
 
   __device__ __forceinline__ bool small_pages() const { return p.page_log2 < 6; }
@@ -89,22 +115,42 @@ struct PagedKvLoader {
 
   // Bytes the stage receives for this block (what each CTA of a cluster expects).
   __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen) const {
-    if (!small_pages()) return QkBoxes * kBoxBytes;
-    return uint32_t(QkBoxes * kBoxRowBytes) * uint32_t(pages_of(block, seqlen) << p.page_log2);
+    constexpr uint32_t kRowBytes = QkBoxes * kBoxRowBytes + kScaleRowBytes;
+    if (!small_pages()) return kRowBytes * kBlockTokens;
+    return kRowBytes * uint32_t(pages_of(block, seqlen) << p.page_log2);
   }
 
-  // The boxes of one row group (a 64-token part, or one small page) at `dst`. In a 2-CTA
-  // cluster each producer issues every other box, multicast to both, so each KV byte
-  // leaves L2 once per q tile.
-  __device__ __forceinline__ void issue_rows(int32_t page, uint64_t* bar, uint8_t* dst, int cluster_size,
+  // Box j of a row group of `rows` rows at row `row0` of the stage.
+  __device__ __forceinline__ void issue_box(int j, int32_t page, uint64_t* bar, uint8_t* stage, int row0, bool multicast) const {
+    const CUtensorMap* map = data_map(maps);
+    uint8_t* dst = stage + j * kBoxBytes + row0 * kBoxRowBytes;
+    int col = j * kBoxCols;
+    if constexpr (kScaleRowBytes > 0) {
+      if (j == QkBoxes) {
+        map = &maps->scales;
+        dst = stage + QkBoxes * kBoxBytes + row0 * kScaleRowBytes;
+        col = fp8_block::kScalesOffset;
+      } else if (j >= kLatentBoxes) {
+        col = fp8_block::kRopeOffset + (j - kLatentBoxes) * kBoxCols;
+      }
+    }
+    if (multicast) {
+      tma_load_kv_box_multicast(map, bar, dst, col, 0, page, uint16_t{0x3});
+    } else {
+      tma_load_kv_box(map, bar, dst, col, 0, page);
+    }
+  }
+
+  // The boxes of one row group (a 64-token part, or one small page) at stage row `row0`.
+  // In a 2-CTA cluster each producer issues every other box, multicast to both, so each
+  // KV byte leaves L2 once per q tile.
+  __device__ __forceinline__ void issue_rows(int32_t page, uint64_t* bar, uint8_t* stage, int row0, int cluster_size,
                                              int rank) const {
     if (cluster_size == 1) {
 #pragma unroll
-      for (int j = 0; j < QkBoxes; ++j) tma_load_kv_box(map, bar, dst + j * kBoxBytes, j * kBoxCols, 0, page);
+      for (int j = 0; j < kBoxes; ++j) issue_box(j, page, bar, stage, row0, false);
     } else {
-      for (int j = rank; j < QkBoxes; j += 2) {
-        tma_load_kv_box_multicast(map, bar, dst + j * kBoxBytes, j * kBoxCols, 0, page, uint16_t{0x3});
-      }
+      for (int j = rank; j < kBoxes; j += 2) issue_box(j, page, bar, stage, row0, true);
     }
   }
 
@@ -117,18 +163,18 @@ struct PagedKvLoader {
       if (lane == 0) {
         errors = checked(entry);
         const int shift = p.page_log2 - 6;
-        issue_rows((entry << shift) + (block & ((1 << shift) - 1)), bar, stage, cluster_size, rank);
+        issue_rows((entry << shift) + (block & ((1 << shift) - 1)), bar, stage, 0, cluster_size, rank);
       }
     } else {
       const int pages = pages_of(block, seqlen);
       if (lane < pages) {
         errors = checked(entry);
-        issue_rows(entry, bar, stage + (lane << p.page_log2) * kBoxRowBytes, cluster_size, rank);
+        issue_rows(entry, bar, stage, lane << p.page_log2, cluster_size, rank);
       }
       if (lane + 32 < pages) {  // pages of one token: 64 per block
         int32_t page = entries(batch, block)[lane + 32];
         errors |= checked(page);
-        issue_rows(page, bar, stage + (lane + 32) * kBoxRowBytes, cluster_size, rank);
+        issue_rows(page, bar, stage, lane + 32, cluster_size, rank);
       }
     }
     return __reduce_or_sync(0xffffffffu, errors);
@@ -145,7 +191,7 @@ struct PagedKvLoader {
   // cluster gathers its own copy (no multicast).
   __device__ __forceinline__ uint32_t gather(int32_t entry, int batch, int block, int seqlen, int lane,
                                              uint32_t stage) const {
-    constexpr int kRowBytes = QkBoxes * int(kBoxRowBytes);
+    constexpr int kRowBytes = QkBoxes * int(kBoxRowBytes) + int(kScaleRowBytes);
     const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
     const int pages = pages_of(block, seqlen);
     uint32_t errors = 0;
@@ -156,7 +202,9 @@ struct PagedKvLoader {
       errors |= checked(high);
     }
     // e4m3 rows (64-byte box rows, 64-byte swizzle: chunk k of 4 of row t at k ^ (t / 2) % 4):
-    // lane l copies chunk l (box l / 4) and lanes 0..3 also chunk 32 + l (box 8).
+    // lane l copies chunk l (box l / 4) and lanes 0..3 also chunk 32 + l (box 8). Per-block
+    // fp8 rows (656 bytes): lanes 0..7 also copy the rope's chunk l (bytes 528 + 16 l, box 8
+    // + l / 4) and lane 8 the scales (bytes 512..527, the stage's unswizzled scale rows).
     constexpr bool kFp8Rows = kBoxRowBytes == 64;
     const uint8_t* lane_src = p.kv_cache + lane * 16;
     const uint32_t lane_dst = stage + (kFp8Rows ? lane >> 2 : lane >> 3) * kBoxBytes;
@@ -168,7 +216,12 @@ struct PagedKvLoader {
       if constexpr (kFp8Rows) {
         const uint32_t dst = lane_dst + t * 64 + (((lane ^ (t >> 1)) & 3) << 4);
         cp_async_16(dst, src);
-        if (QkBoxes > 8 && lane < 4) cp_async_16(dst + 8 * kBoxBytes, src + 512);
+        if constexpr (kScaleRowBytes > 0) {
+          if (lane < 8) cp_async_16(dst + 8 * kBoxBytes, src + fp8_block::kRopeOffset);
+          if (lane == 8) cp_async_16(stage + QkBoxes * kBoxBytes + t * kScaleRowBytes, src + fp8_block::kScalesOffset - 16 * 8);
+        } else {
+          if (QkBoxes > 8 && lane < 4) cp_async_16(dst + 8 * kBoxBytes, src + 512);
+        }
       } else {
         const uint32_t dst = lane_dst + t * 128 + (((lane ^ t) & 7) << 4);
         cp_async_16(dst, src);
@@ -208,10 +261,11 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 #pragma unroll
     for (int j = 0; j < QkBoxes; ++j) {
       // The latent boxes come from q (or q_nope), the rope box from q_pe when Q is given
-      // in two tensors, else from q's columns 512..575 (q_pe_col 512).
+      // in two tensors, else from q's columns 512..575 (q_pe_col 512). Per-block fp8: two
+      // rope boxes of 64 bytes each (bf16 Q bytes, q_pe_col 1024 or 0).
       const bool rope = j >= kLatentBoxes;
       tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kBoxBytes,
-                     rope ? p.q_pe_col : j * kBoxCols, q_row);
+                     rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, q_row);
     }
     ++item_count;
   }

@@ -1,0 +1,79 @@
+// Compile-time configuration of the sm_90a decode over the fp8 cache with per-block scales
+// (KvDtype::kFp8E4m3PerBlock): each 656-byte token is 512 e4m3 latent values, 4 fp32
+// scales (value d = e4m3[d] x scale[d / 128]) and the 64 rope values in bf16
+// (reference/fp8_block.hpp). The kernel is the per-tensor fp8 kernel's (config_fp8.hpp:
+// two consumers taking the blocks in turn, O^T = V^T P^T with V^T from ldmatrix.trans)
+// with three changes:
+//  - S = Q K^T sums four e4m3 products, one per 128-dim group g, each times the token's
+//    scale_g (an accumulator per group, folded into S in registers), plus the bf16 rope
+//    product (wgmma bf16 over the same 64-byte swizzled boxes);
+//  - P V of dims in group g takes P times scale_g[token] / M_g: four e4m3 P tiles per
+//    block. M_g, the running maximum of group g's scales over the item's blocks, keeps
+//    them in e4m3 range; O of the group is rescaled by M_g(old) / M_g(new) when it grows
+//    and multiplied by M_g at the end;
+//  - a helper warp of the producer warpgroup computes M_g per block (the block's scale
+//    maxima) and hands the factors over per stage (scale_helper in consumer_fp8_block.cuh).
+// Each consumer's 256 dims are two groups; the owner of a block writes the two P tiles of
+// its own groups to its private buffer (read only by its own P V, right after) and those
+// of the other consumer's groups over the stage's rope boxes (S has read them; they live
+// as long as the stage, like the per-tensor kernel's P).
+//
+// Shared memory (bytes):
+//   Q        8 e4m3 boxes + 2 boxes of bf16 rope bytes, [64 rows][64 bytes] each = 40,960
+//   KV[4]    10 boxes as Q (64 tokens) + the scales [64 tokens][16 bytes]      = 41,984 each
+//   own P    [consumer][2 groups][64 rows][64 tokens] e4m3                    = 16,384
+//   zero row, barriers, flags, per-stage factors, row statistics ~3.5 KiB     = 228,720 (+1 KiB to align)
+// Four stages (the per-tensor kernel has five of 36 KiB; 656-byte tokens leave room for four).
+#pragma once
+
+#include <cstdint>
+
+#include "src/sm90/decode/config_fp8.hpp"
+
+namespace kbmla::sm90::fp8_block {
+
+constexpr int kGroups = 4;                // scale groups per token
+constexpr int kGroupDims = 128;
+constexpr int kQkBoxes = 10;              // 8 latent boxes + 2 rope boxes of 64 bytes
+constexpr uint32_t kScalesOffset = 512;   // byte offsets in the 656-byte token
+constexpr uint32_t kRopeOffset = 528;
+constexpr uint32_t kTokenBytes = 656;
+constexpr uint32_t kScaleRowBytes = 16;   // 4 fp32 per token
+constexpr uint32_t kScalesBytes = kBlockTokens * kScaleRowBytes;                  // 1024
+constexpr uint32_t kStageBytes = kQkBoxes * fp8::kBoxBytes + kScalesBytes;        // 41,984
+constexpr uint32_t kQBytes = kQkBoxes * fp8::kBoxBytes;                            // 40,960
+constexpr uint32_t kRopeBox = 8;          // first rope box of Q and of a stage
+constexpr int kStages = 4;
+static_assert(kQkBoxes * fp8::kBoxRowBytes + kScaleRowBytes == kTokenBytes, "a stage row is one token");
+
+// Registers: a consumer holds O^T (128), S and one group's product (64) while it folds S.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
+
+struct SmemLayout {
+  static constexpr uint32_t q = 0;
+  static constexpr uint32_t kv = q + kQBytes;
+  static constexpr uint32_t own_p = kv + kStages * kStageBytes;                     // [consumer][2][4096]
+  static constexpr uint32_t zero_row = own_p + 2 * 2 * fp8::kPBytes;
+  static constexpr uint32_t barriers = zero_row + 16;
+  // q_full, q_empty, full[kStages], empty[kStages], ready[kStages] (the helper's factors)
+  static constexpr uint32_t num_barriers = 2 + 3 * kStages;
+  static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;
+  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;              // uint32[stage]
+  static constexpr uint32_t row_scale = rescale_flags + 4 * kStages;                // float[stage][64]
+  static constexpr uint32_t row_max = row_scale + 4 * kStages * kRowsPerCta;        // float[stage][64]
+  // The helper's per-stage group factors: float4 [stage][3]: M_g after the block, 1 / M_g,
+  // M_g(before) / M_g (1 at the item's first block).
+  static constexpr uint32_t group_factors = row_max + 4 * kStages * kRowsPerCta;
+  static constexpr uint32_t row_stats = group_factors + 16 * 3 * kStages;          // float2[parity][consumer][64]
+  static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
+  static constexpr uint32_t alloc = end + 1024;
+};
+static_assert(SmemLayout::kv % 1024 == 0 && kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+static_assert(SmemLayout::own_p % 1024 == 0, "P tiles are swizzled");
+static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+static_assert(SmemLayout::group_factors % 16 == 0 && SmemLayout::row_stats % 8 == 0, "float4 / float2 arrays");
+static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");
+
+}  // namespace kbmla::sm90::fp8_block

@@ -1,0 +1,375 @@
+// Roles of the per-block-scale fp8 kernel (config_fp8_block.hpp) that differ from the
+// per-tensor kernel's (consumer_fp8.cuh, whose fragment layouts, ownership alternation and
+// deferred P V they keep): the scale helper warp, S with its per-group fold, the four P
+// tiles, and P V with the group factors.
+#pragma once
+
+#include "src/sm90/decode/config_fp8_block.hpp"
+#include "src/sm90/decode/consumer_fp8.cuh"
+
+namespace kbmla::sm90::fp8_block {
+
+using fp8::e4m3x4;
+using fp8::fence_fragments;
+using fp8::load_vt_fragments;
+using fp8::rescale_ot;
+using fp8::swizzled64;
+using fp8::take_over_row_state;
+
+// Scale helper (warp 2 of the producer warpgroup): per block, once the stage is in, the
+// maximum of each group's scales over the block's real tokens (lane l reads tokens l and
+// l + 32), the running maximum M_g over the item's blocks (at least FLT_MIN, so that 1 / M_g
+// is finite), and the factors the consumers need (SmemLayout::group_factors); then the
+// stage's ready barrier. Stage rows past the request's last token may hold anything.
+__device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t* smem) {
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  uint64_t* full = bars + 2;
+  uint64_t* ready = bars + 2 + 2 * kStages;
+  float4* factors = reinterpret_cast<float4*>(smem + SmemLayout::group_factors);
+  const int lane = threadIdx.x % 32;
+  int block_count = 0;
+  for_each_work_tile(p, [&](const WorkTileInfo& w) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) return;
+    float4 m = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      const int valid = it.seqlen - blk * kBlockTokens;
+      const float4* scales =
+          reinterpret_cast<const float4*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
+      const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 a = lane < valid ? scales[lane] : zero;
+      const float4 b = lane + 32 < valid ? scales[lane + 32] : zero;
+      // Non-negative floats order as their bit patterns: an integer warp maximum.
+      auto block_max = [&](float x, float y) {
+        return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fmaxf(fabsf(x), fabsf(y)))));
+      };
+      const float kFloor = 1.17549435e-38f;  // FLT_MIN
+      float4 m_new;
+      m_new.x = fmaxf(fmaxf(m.x, block_max(a.x, b.x)), kFloor);
+      m_new.y = fmaxf(fmaxf(m.y, block_max(a.y, b.y)), kFloor);
+      m_new.z = fmaxf(fmaxf(m.z, block_max(a.z, b.z)), kFloor);
+      m_new.w = fmaxf(fmaxf(m.w, block_max(a.w, b.w)), kFloor);
+      const bool first = blk == it.blk_begin;
+      if (lane == 0) {
+        factors[3 * stage + 0] = m_new;
+        factors[3 * stage + 1] = make_float4(1.f / m_new.x, 1.f / m_new.y, 1.f / m_new.z, 1.f / m_new.w);
+        factors[3 * stage + 2] = first ? make_float4(1.f, 1.f, 1.f, 1.f)
+                                       : make_float4(m.x / m_new.x, m.y / m_new.y, m.z / m_new.z, m.w / m_new.w);
+      }
+      m = m_new;
+      __syncwarp();
+      if (lane == 0) Mbarrier::arrive(ready + stage);
+    }
+  });
+}
+
+// This consumer's two groups (2 kWg, 2 kWg + 1) of a per-stage float4.
+template <int kWg>
+__device__ __forceinline__ float2 own_groups(float4 v) {
+  return kWg == 0 ? make_float2(v.x, v.y) : make_float2(v.z, v.w);
+}
+
+// O^T blocks b = 0, 1 hold dims of group 2 kWg, b = 2, 3 of group 2 kWg + 1: the block's
+// M_g(old) / M_g(new) before its P V adds in (uniform over the warpgroup; rare: M_g only
+// grows).
+template <int kWg>
+__device__ __forceinline__ void rescale_groups(float (&o)[4][32], const float4* factors, int stage) {
+  const float2 r = own_groups<kWg>(factors[3 * stage + 2]);
+  if (r.x != 1.f || r.y != 1.f) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o[0][i] *= r.x;
+      o[1][i] *= r.x;
+      o[2][i] *= r.y;
+      o[3][i] *= r.y;
+    }
+  }
+}
+
+// The bf16 rope product into s (4 k-steps of 16 over the two 64-byte rope boxes of Q and of
+// the stage), one commit group.
+__device__ __forceinline__ void issue_s_rope(uint64_t q_desc, uint64_t k_desc, float (&s)[32]) {
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t off = (kRopeBox + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
+    wgmma_qk(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
+  }
+  wgmma_commit();
+}
+
+// Group g's e4m3 product (128 dims: boxes 2g, 2g + 1, 4 k-steps of 32) into t, one commit group.
+__device__ __forceinline__ void issue_s_group(uint64_t q_desc, uint64_t k_desc, int g, float (&t)[32]) {
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t off = (2 * g + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
+    wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), t, k > 0);
+  }
+  wgmma_commit();
+}
+
+// S of the block in units of the row's Q scale: rope / q_scale + sum_g scale_g[token] x
+// (Q8_g . K8_g). Group g + 1 issues once group g is folded (two accumulators fit the
+// register budget, not three). scales: the stage's [64 tokens][4] fp32.
+__device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, const float* scales, int col_pair,
+                                          float inv_qs0, float inv_qs1, float (&s)[32]) {
+  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
+  float t[32];
+  issue_s_rope(q_desc, k_desc, s);
+  issue_s_group(q_desc, k_desc, 0, t);
+  wgmma_wait<1>();
+  sm90::fence_accumulators(s);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s[4 * i + 0] *= inv_qs0;
+    s[4 * i + 1] *= inv_qs0;
+    s[4 * i + 2] *= inv_qs1;
+    s[4 * i + 3] *= inv_qs1;
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    wgmma_wait<0>();
+    sm90::fence_accumulators(t);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float sc = scales[(8 * i + col_pair + e) * kGroups + g];
+        s[4 * i + e] = fmaf(t[4 * i + e], sc, s[4 * i + e]);
+        s[4 * i + 2 + e] = fmaf(t[4 * i + 2 + e], sc, s[4 * i + 2 + e]);
+      }
+    }
+    if (g + 1 < kGroups) {
+      sm90::fence_accumulators(t);
+      issue_s_group(q_desc, k_desc, g + 1, t);
+    }
+  }
+}
+
+// The block's four P tiles from p (fp32, exp'd, in the S fragment layout): tile g holds
+// P x scale_g[token] / M_g in e4m3 (<= P <= 2^kRescaleSlack), in the A fragment's token
+// order (consumer_fp8.cuh). Tokens past the block's valid ones get scale 0 (their stage
+// rows may hold NaN; P is 0 there). Tiles of this consumer's groups go to its own buffer,
+// the other's over the stage's rope boxes.
+template <int kWg>
+__device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const float* scales, float4 inv_m,
+                                              uint8_t* own_p, uint8_t* stage_rope, int valid_tokens, int r0, int r1,
+                                              int col_pair) {
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    const float inv = g == 0 ? inv_m.x : g == 1 ? inv_m.y : g == 2 ? inv_m.z : inv_m.w;
+    uint8_t* tile = ((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * fp8::kPBytes;
+#pragma unroll
+    for (int gi = 0; gi < 4; ++gi) {
+      float c[2][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int token = 16 * gi + 8 * h + col_pair + e;
+          c[h][e] = token < valid_tokens ? scales[token * kGroups + g] * inv : 0.f;
+        }
+      }
+      const float* q = pv + 8 * gi;
+      *reinterpret_cast<uint32_t*>(tile + swizzled64(r0, 16 * gi + 2 * col_pair)) =
+          e4m3x4(q[0] * c[0][0], q[1] * c[0][1], q[4] * c[1][0], q[5] * c[1][1]);
+      *reinterpret_cast<uint32_t*>(tile + swizzled64(r1, 16 * gi + 2 * col_pair)) =
+          e4m3x4(q[2] * c[0][0], q[3] * c[0][1], q[6] * c[1][0], q[7] * c[1][1]);
+    }
+  }
+}
+
+// O^T += V^T P_g^T over the block: M blocks b = 0, 1 take the P tile of group 2 kWg
+// (p_addr), b = 2, 3 that of 2 kWg + 1 (the next 4 KiB). One commit group; the caller waits.
+__device__ __forceinline__ void issue_pv_grouped(float (&o)[4][32], uint32_t (&a)[4][2][4], uint32_t p_addr) {
+  const uint64_t p_desc = desc_k_major_sw64(p_addr);
+  wgmma_fence();
+  fp8::fence_accumulators(o);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+#pragma unroll
+    for (int kb = 0; kb < 2; ++kb) {
+      wgmma_pv_fp8_rs(a[b][kb], desc_advance(p_desc, (b >> 1) * fp8::kPBytes + kb * 32), o[b]);
+    }
+  }
+  wgmma_commit();
+}
+
+template <int kWg>
+__device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem) {
+  constexpr int kOther = 1 - kWg;
+  const int tid = threadIdx.x - 128 * (kWg + 1);
+  const int warp = tid / 32, lane = tid % 32;
+  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
+  const int col_pair = 2 * (lane % 4);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  uint64_t* q_full = bars + 0;
+  uint64_t* q_empty = bars + 1;
+  uint64_t* full = bars + 2;
+  uint64_t* empty = bars + 2 + kStages;
+  uint64_t* ready = bars + 2 + 2 * kStages;
+  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
+  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);  // [stage][64]
+  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);      // [stage][64]
+  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
+  const float4* factors = reinterpret_cast<const float4*>(smem + SmemLayout::group_factors);
+  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
+  const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
+  uint8_t* own_p = smem + SmemLayout::own_p + kWg * 2 * fp8::kPBytes;
+  const uint32_t own_p_addr = smem_addr(own_p);
+  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
+  const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
+  const float neg_inf = -__int_as_float(0x7f800000);
+
+  int item_count = 0;
+  int block_count = 0;
+  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) continue;
+    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
+    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
+    const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
+    // S is in units of the row's Q scale: log2-domain factor softmax scale x Q scale.
+    const int64_t row_base = int64_t{it.batch} * p.rows;
+    const float qs0 = p.q_scale[row_base + min(it.row_begin + r0, p.rows - 1)];
+    const float qs1 = p.q_scale[row_base + min(it.row_begin + r1, p.rows - 1)];
+    const float f0 = p.scale_log2 * qs0, f1 = p.scale_log2 * qs1;
+    const float inv_qs0 = 1.f / qs0, inv_qs1 = 1.f / qs1;
+    Mbarrier::wait(q_full, item_count & 1);
+
+    float o[4][32];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+    }
+    float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
+    float2 group_max = make_float2(1.f, 1.f);  // M_g of this consumer's groups after the item's last block
+    bool bad = false;
+    bool deferred = false;
+
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      const uint32_t phase = (block_count / kStages) & 1;
+      Mbarrier::wait(ready + stage, phase);
+      Mbarrier::wait(full + stage, phase);
+      bad |= stage_flags[stage] != 0;
+      const uint32_t stage_addr = kv_addr + stage * kStageBytes;
+      const int valid_tokens = it.seqlen - blk * kBlockTokens;
+      const bool last = blk + 1 == it.blk_end;
+      if ((block_count & 1) != kWg) {
+        if (!last) {
+          deferred = true;
+          continue;
+        }
+        named_sync(fp8::kBarFp8PReady + kOther, kConsumerThreads);
+        const bool rescale = rescale_flags[stage] != 0;
+        take_over_row_state(row_max + stage * 64, row_scale + stage * 64, rescale, r0, r1, m0, m1, l0, l1);
+        if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
+        rescale_groups<kWg>(o, factors, stage);
+        group_max = own_groups<kWg>(factors[3 * stage]);
+        uint32_t a[4][2][4];
+        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+        fence_fragments(a);
+        issue_pv_grouped(o, a, stage_addr + kRopeBox * fp8::kBoxBytes);
+        wgmma_wait<0>();
+        fp8::fence_accumulators(o);
+        release_stage(empty + stage, lane, p.cluster_size);
+        continue;
+      }
+
+      // Own block: S, the online softmax, the P tiles.
+      const float* scales =
+          reinterpret_cast<const float*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
+      float s[32];
+      compute_s(q_desc, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
+      mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
+      float mx0, mx1;
+      block_row_max(s, mx0, mx1);
+      const int deferred_stage = (block_count + kStages - 1) % kStages;
+      bool deferred_rescale = false;
+      if (deferred) {
+        named_sync(fp8::kBarFp8PReady + kOther, kConsumerThreads);
+        deferred_rescale = rescale_flags[deferred_stage] != 0;
+        take_over_row_state(row_max + deferred_stage * 64, row_scale + deferred_stage * 64, deferred_rescale, r0, r1,
+                            m0, m1, l0, l1);
+      }
+      const float alpha0 = lazy_rescale(mx0 * f0, m0);
+      const float alpha1 = lazy_rescale(mx1 * f1, m1);
+      const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
+      float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        s[4 * i + 0] = fast_exp2(fmaf(s[4 * i + 0], f0, neg_base0));
+        s[4 * i + 1] = fast_exp2(fmaf(s[4 * i + 1], f0, neg_base0));
+        s[4 * i + 2] = fast_exp2(fmaf(s[4 * i + 2], f1, neg_base1));
+        s[4 * i + 3] = fast_exp2(fmaf(s[4 * i + 3], f1, neg_base1));
+        sum0 += s[4 * i + 0] + s[4 * i + 1];
+        sum1 += s[4 * i + 2] + s[4 * i + 3];
+      }
+      l0 = l0 * alpha0 + sum0;
+      l1 = l1 * alpha1 + sum1;
+      uint8_t* stage_rope = smem + SmemLayout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
+      write_p_tiles<kWg>(s, scales, factors[3 * stage + 1], own_p, stage_rope, valid_tokens, r0, r1, col_pair);
+      if (lane % 4 == 0) {
+        row_scale[stage * 64 + r0] = alpha0;
+        row_scale[stage * 64 + r1] = alpha1;
+        row_max[stage * 64 + r0] = m0;
+        row_max[stage * 64 + r1] = m1;
+      }
+      fence_view_async_shared();
+      const bool rescale = named_sync_or(fp8::kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
+      if (tid == 0) rescale_flags[stage] = rescale;
+      named_arrive(fp8::kBarFp8PReady + kWg, kConsumerThreads);
+      uint32_t a_own[4][2][4];
+      if (deferred) {
+        const uint32_t deferred_addr = kv_addr + deferred_stage * kStageBytes;
+        if (deferred_rescale) rescale_ot(o, row_scale + deferred_stage * 64, col_pair);
+        rescale_groups<kWg>(o, factors, deferred_stage);
+        uint32_t a_deferred[4][2][4];
+        load_vt_fragments<kWg>(deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
+        fence_fragments(a_deferred);
+        issue_pv_grouped(o, a_deferred, deferred_addr + kRopeBox * fp8::kBoxBytes);
+        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        fence_fragments(a_own);
+        wgmma_wait<0>();
+        fp8::fence_accumulators(o);
+        release_stage(empty + deferred_stage, lane, p.cluster_size);
+        deferred = false;
+      } else {
+        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        fence_fragments(a_own);
+      }
+      if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
+      rescale_groups<kWg>(o, factors, stage);
+      if (last) group_max = own_groups<kWg>(factors[3 * stage]);
+      issue_pv_grouped(o, a_own, own_p_addr);
+      wgmma_wait<0>();
+      fp8::fence_accumulators(o);
+      release_stage(empty + stage, lane, p.cluster_size);
+    }
+    Mbarrier::arrive(q_empty);
+    ++item_count;
+
+    // O of group g is in units of M_g.
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      o[0][i] *= group_max.x;
+      o[1][i] *= group_max.x;
+      o[2][i] *= group_max.y;
+      o[3][i] *= group_max.y;
+    }
+    float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
+    publish_row_stats(stats + kWg * kRowsPerCta, lane, r0, r1, m0, m1, l0, l1);
+    named_sync(kBarRowStats, kConsumerThreads);
+    write_item_output_transposed(p, it, kWg, warp, lane, stats, 1.f, bad, o);
+  }
+  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+}
+
+}  // namespace kbmla::sm90::fp8_block

@@ -1,0 +1,81 @@
+// The sm_90a decode over the fp8 cache with per-block scales (656-byte tokens): entry
+// point and launch. Pages of 2..256 tokens through TMA, one-token pages by the cp.async
+// row gather. See config_fp8_block.hpp.
+#include "kbmla/error.hpp"
+#include "src/sm90/decode/consumer_fp8_block.cuh"
+#include "src/sm90/decode/kernel.hpp"
+#include "src/sm90/decode/producer.cuh"
+
+namespace kbmla::sm90 {
+
+namespace fp8_block {
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_decode_fp8_block_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
+                                const __grid_constant__ DecodeParams p) {
+  if (plan_failed(p)) return;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(&q_maps.latent);
+    cute::prefetch_tma_descriptor(&q_maps.rope);
+    cute::prefetch_tma_descriptor(&kv_maps.data);
+    cute::prefetch_tma_descriptor(&kv_maps.scales);
+    *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
+    for (int s = 0; s < kStages; ++s) Mbarrier::init(bars + 2 + 2 * kStages + s, 1);  // ready: the scale helper
+    init_pipeline_barriers<kStages>(bars, p.cluster_size);
+  }
+  kernel_prologue_sync(p.cluster_size);
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    set_max_registers_dec<kProducerRegs>();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0) {
+      PagedKvLoader<kQkBoxes, Fp8BlockSmem> kv{&kv_maps, p};
+      if (p.gather_rows) {
+        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Fp8BlockSmem>(p, kv, smem);
+      } else {
+        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Fp8BlockSmem>(p, kv, smem);
+      }
+    } else if (threadIdx.x == 32) {  // Q loader
+      grid_dependency_wait();          // the quantised Q
+      run_q_loader<kQkBoxes, Fp8BlockSmem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+    } else if (warp == 2) {
+      run_scale_helper(p, smem);
+    }
+  } else if (wg == 1) {
+    set_max_registers_inc<kConsumerRegs>();
+    grid_dependency_wait();  // the Q scales
+    run_consumer_fp8_block<0>(p, smem);
+  } else {
+    set_max_registers_inc<kConsumerRegs>();
+    grid_dependency_wait();
+    run_consumer_fp8_block<1>(p, smem);
+  }
+  if (p.cluster_size > 1) cluster_barrier();
+}
+
+}  // namespace fp8_block
+
+void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                             cudaStream_t stream) {
+  require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
+  constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel;
+  constexpr uint32_t smem_bytes = fp8_block::SmemLayout::alloc;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
+  require(attr_err == cudaSuccess, "decode (fp8 per-block): cannot reserve ", smem_bytes, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  require(grid.x % unsigned(p.cluster_size) == 0, "decode (fp8 per-block): grid.x (", grid.x,
+          ") is not a multiple of the cluster size (", p.cluster_size, ")");
+  cudaLaunchAttribute attrs[2];
+  // Always after the Q quantiser, as its programmatic dependent (kernel_fp8.cu says why).
+  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, true);
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
+  require(launch_err == cudaSuccess, "decode (fp8 per-block): kernel launch failed: ", cudaGetErrorString(launch_err));
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, "decode (fp8 per-block): kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace kbmla::sm90
