@@ -2,13 +2,13 @@
 # Runs on the GPU machine over a carried build/: the GPU test tiers and the benchmark,
 # logs and the bench JSON under $OUT (or ./gpu-out). Usage:
 #   bench/run_gpu_suite.sh [tiers...]   tiers: sass smoke sweep planner large invariance engine dcp example python
-#   sanitizer bench bench-fp8 ncu (default: all but ncu). Build here with scripts/build-gpu-carry.sh
+#   sanitizer bench bench-fp8 bench-fp8-block ncu (default: all but ncu). Build here with scripts/build-gpu-carry.sh
 #   and carry build/ and build-py312/ (the module for the GPU machine's Python 3.12, for
 #   the `python` tier).
 set -uo pipefail
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 commit="${KBMLA_COMMIT:-unknown}"
-tiers="${*:-sass smoke sweep planner large invariance engine dcp example python sanitizer bench bench-fp8}"
+tiers="${*:-sass smoke sweep planner large invariance engine dcp example python sanitizer bench bench-fp8 bench-fp8-block}"
 # NCCL for the dcp tier: the engine's libnccl.so.2 (here: the nvidia-nccl Python package).
 if [ -z "${KBMLA_NCCL_LIBRARY:-}" ]; then
   KBMLA_NCCL_LIBRARY=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null || true)
@@ -52,6 +52,10 @@ for t in $tiers; do
            timeout -s KILL 300 build/kbmla bench --case all --kv-dtype fp8_e4m3 --policies worklist --commit "$commit" \
              --json "$out/bench-fp8.json" ${BENCH_ARGS:-} > "$out/bench-fp8.log" 2>&1 || status=1
            awk '$2 == "worklist"' "$out/bench-fp8.log" ;;
+    bench-fp8-block) # Every case with an e4m3 cache with per-block scales (656 B/token), work list only.
+           timeout -s KILL 300 build/kbmla bench --case all --kv-dtype fp8_e4m3_block --policies worklist --commit "$commit" \
+             --json "$out/bench-fp8-block.json" ${BENCH_ARGS:-} > "$out/bench-fp8-block.log" 2>&1 || status=1
+           awk '$2 == "worklist"' "$out/bench-fp8-block.log" ;;
     ncu) # Kernel durations (decode and combine separately) for the cases in NCU_CASES.
          for c in ${NCU_CASES:-uniform_B128_Sq1_H16}; do for pol in worklist static; do
            timeout -s KILL 120 ncu --clock-control none --metrics gpu__time_duration.sum -k regex:'mla_decode|combine' \

@@ -10,6 +10,13 @@
 
 namespace kbmla::tools {
 
+KvDtype kv_dtype_from_name(const std::string& name, const std::string& who) {
+  for (KvDtype d : {KvDtype::kBFloat16, KvDtype::kFp8E4m3, KvDtype::kFp8E4m3PerBlock}) {
+    if (name == kv_dtype_name(d)) return d;
+  }
+  throw Error(detail::concat(who, ": kv_dtype '", name, "' is not one of bf16, fp8_e4m3, fp8_e4m3_block"));
+}
+
 std::vector<BenchCase> load_cases(const std::string& path) {
   std::ifstream in(path);
   require(in.good(), "cannot open cases file '", path, "'");
@@ -32,9 +39,7 @@ std::vector<BenchCase> load_cases(const std::string& path) {
       bc.d_qk = c.value("d_qk", 576);
       bc.page_size = c.value("page_size", 64);
       const std::string dtype = c.value("kv_dtype", std::string("bf16"));
-      require(dtype == "bf16" || dtype == "fp8_e4m3", "cases file '", path, "': case '", bc.name, "': kv_dtype '",
-              dtype, "' is not one of bf16, fp8_e4m3");
-      bc.fp8 = dtype == "fp8_e4m3";
+      bc.kv_dtype = kv_dtype_from_name(dtype, detail::concat("cases file '", path, "': case '", bc.name, "'"));
       if (c.contains("reference_kernel_pct_of_copy")) bc.reference_pct_of_copy = c["reference_kernel_pct_of_copy"].get<double>();
       if (c.contains("reference_kernel_tflops")) bc.reference_tflops = c["reference_kernel_tflops"].get<double>();
     } catch (const nlohmann::json::exception& e) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "kbmla/decode.hpp"
+
 namespace kbmla::tools {
 
 struct BenchCase {
@@ -16,11 +18,14 @@ struct BenchCase {
   int heads = 16;
   int d_qk = 576;  // 576, or 512 (no rope part)
   int page_size = 64;  // tokens per cache page: a power of two in 1..256
-  bool fp8 = false;    // "kv_dtype": "fp8_e4m3" (per-tensor scale), else bf16
+  KvDtype kv_dtype = KvDtype::kBFloat16;  // "kv_dtype": "bf16" (default), "fp8_e4m3", "fp8_e4m3_block"
   std::vector<int> seqlens;
   std::optional<double> reference_pct_of_copy;
   std::optional<double> reference_tflops;
 };
+
+// "bf16", "fp8_e4m3" or "fp8_e4m3_block" (kv_dtype_name's names); throws naming `who`.
+KvDtype kv_dtype_from_name(const std::string& name, const std::string& who);
 
 // Throws kbmla::Error naming the file and the problem.
 std::vector<BenchCase> load_cases(const std::string& path);

@@ -206,8 +206,9 @@ int run_bench(const BenchOptions& o) {
     d.seqlens.assign(bc.seqlens.begin(), bc.seqlens.end());
     int64_t tokens = 0;
     const int page_size = o.page_size > 0 ? o.page_size : bc.page_size;
-    const bool fp8 = o.kv_dtype.empty() ? bc.fp8 : o.kv_dtype == "fp8_e4m3";
-    const int elem_bytes = fp8 ? 1 : 2;  // of the cache; Q and out stay bf16
+    const KvDtype kv_dtype = o.kv_dtype.empty() ? bc.kv_dtype : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
+    const bool fp8 = kv_dtype == KvDtype::kFp8E4m3;
+    const int token_bytes = kv_token_bytes(kv_dtype, bc.d_qk);  // of the cache; Q and out stay bf16
     std::vector<int32_t> pages_per(bc.batch);
     for (int b = 0; b < bc.batch; ++b) {
       pages_per[b] = (d.seqlens[b] + page_size - 1) / page_size;
@@ -223,16 +224,18 @@ int run_bench(const BenchOptions& o) {
     size_t next = 0;
     for (int b = 0; b < bc.batch; ++b)
       for (int j = 0; j < pages_per[b]; ++j) table[size_t(b) * d.max_pages + j] = perm[next++];
-    d.cache_bytes = size_t(d.num_pages) * page_size * bc.d_qk * elem_bytes;
+    d.cache_bytes = size_t(d.num_pages) * page_size * token_bytes;
     const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
-    const double kv_bytes = double(tokens) * bc.d_qk * elem_bytes;
+    const double kv_bytes = double(tokens) * token_bytes;
     const double io_bytes = kv_bytes + double(rows) * bc.d_qk * 2 + double(rows) * 512 * 2;
     const int copies = kv_bytes < 4.0 * double(dev.l2_bytes)
                            ? int(std::min<double>(32, std::ceil(4.0 * double(dev.l2_bytes) / std::max(kv_bytes, 1.0)) + 1))
                            : 1;
     for (int c = 0; c < copies; ++c) {
       d.caches.push_back(std::make_unique<DeviceBuffer>(d.cache_bytes));
-      if (fp8) {
+      if (kv_dtype == KvDtype::kFp8E4m3PerBlock) {
+        fill_device_random_fp8_block(d.caches.back()->ptr, d.cache_bytes / token_bytes, 100 + c, stream);
+      } else if (fp8) {
         fill_device_random_e4m3(d.caches.back()->ptr, d.cache_bytes, kBenchKvScale, 100 + c, stream);
       } else {
         fill_device_random_bf16(d.caches.back()->ptr, d.cache_bytes / 2, 100 + c, stream);
@@ -248,7 +251,7 @@ int run_bench(const BenchOptions& o) {
     cuda_check(cudaMemcpy(d.seqlens_dev->ptr, d.seqlens.data(), d.seqlens.size() * 4, cudaMemcpyHostToDevice), "copy");
     std::vector<KvCache> kv;
     for (auto& c : d.caches) {
-      kv.emplace_back(c->ptr, d.num_pages, page_size, bc.d_qk, fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16);
+      kv.emplace_back(c->ptr, d.num_pages, page_size, bc.d_qk, kv_dtype);
     }
     d.kv_scale = std::make_unique<DeviceBuffer>(sizeof(float));
     cuda_check(cudaMemcpy(d.kv_scale->ptr, &kBenchKvScale, sizeof(float), cudaMemcpyHostToDevice), "copy");
@@ -258,7 +261,7 @@ int run_bench(const BenchOptions& o) {
     config.q_len = bc.q_len;
     config.d_qk = bc.d_qk;
     config.page_size = page_size;
-    config.kv_dtype = fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16;
+    config.kv_dtype = kv_dtype;
     config.softmax_scale = 1.0f / std::sqrt(576.0f);
 
     // The case's buffers as decode arguments, with a fresh (initialised) workspace.
@@ -291,7 +294,7 @@ int run_bench(const BenchOptions& o) {
       opt.batch_invariant_split_blocks = invariant_blocks;
       if (o.cost.per_kv_block > 0 || o.cost.per_item > 0 || o.cost.per_split > 0) {
         const int rows = std::min(bc.heads * bc.q_len, kSm90RowsPerCta);
-        CostModel c = config.kv_dtype == KvDtype::kFp8E4m3 ? sm90_fp8_cost_model(rows) : sm90_bf16_cost_model(rows);
+        CostModel c = kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows) : sm90_bf16_cost_model(rows);
         if (o.cost.per_kv_block > 0) c.per_kv_block = o.cost.per_kv_block;
         if (o.cost.per_item > 0) c.per_item = o.cost.per_item;
         if (o.cost.per_split > 0) c.per_split = o.cost.per_split;
@@ -363,7 +366,8 @@ int run_bench(const BenchOptions& o) {
 
     std::vector<std::pair<std::string, sm90::KernelMode>> runs_to_do;
     for (const std::string& pname : policies) runs_to_do.push_back({pname, sm90::KernelMode::kFull});
-    if (o.spike && bc.d_qk == 576 && !fp8) {  // the spike modes exist for the bf16 kernel, d_qk 576
+    // The spike modes exist for the bf16 kernel, d_qk 576.
+    if (o.spike && bc.d_qk == 576 && kv_dtype == KvDtype::kBFloat16) {
       runs_to_do.push_back({"worklist", sm90::KernelMode::kLoadOnly});
       runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
     }
@@ -429,7 +433,7 @@ int run_bench(const BenchOptions& o) {
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
                      (best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT"));
-      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", fp8 ? "fp8_e4m3" : "bf16"},
+      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)},
                           {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
                           {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
@@ -484,7 +488,7 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--page-size", o->page_size, "Cache page size for every case (default 0: the case's, else 64)")
       ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128, 256}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype for every case (default: the case's, else bf16)")
-      ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
+      ->check(CLI::IsMember({"bf16", "fp8_e4m3", "fp8_e4m3_block"}));
   cmd->add_option("--sms", o->sms, "CTA budget (default 0: every SM, or every SM co-scheduled in 2-CTA clusters)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");

@@ -31,7 +31,7 @@ struct PlanOptions {
   bool json = false;
   CostModel cost = kDefaultCostModel;
   bool cost_given = false;
-  std::string kv_dtype;  // "" (the case's, else bf16), "bf16" or "fp8_e4m3": picks the cost model
+  std::string kv_dtype;  // "" (the case's, else bf16), "bf16", "fp8_e4m3" or "fp8_e4m3_block": the cost model
 };
 
 struct PolicyReport {
@@ -121,7 +121,7 @@ void print_report(const PlanReport& r) {
   }
 }
 
-PlanShape shape_for(int batch, int q_len, int heads, bool fp8, const PlanOptions& o) {
+PlanShape shape_for(int batch, int q_len, int heads, KvDtype kv_dtype, const PlanOptions& o) {
   PlanShape s;
   s.batch = batch;
   s.q_len = q_len;
@@ -132,7 +132,9 @@ PlanShape shape_for(int batch, int q_len, int heads, bool fp8, const PlanOptions
   s.num_ctas = o.sms;
   // The decode's own model (by cache dtype) unless the cost flags override it.
   const int rows = std::min(heads * q_len, kSm90RowsPerCta);
-  s.cost = o.cost_given ? o.cost : fp8 ? sm90_fp8_cost_model(rows) : sm90_bf16_cost_model(rows);
+  s.cost = o.cost_given                       ? o.cost
+           : kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows)
+                                              : sm90_bf16_cost_model(rows);
   return s;
 }
 
@@ -142,14 +144,14 @@ int run_plan(const PlanOptions& o) {
   if (!o.seqlens_csv.empty()) {
     std::vector<int32_t> seqlens = parse_seqlens_csv(o.seqlens_csv);
     reports.push_back(
-        make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o.kv_dtype == "fp8_e4m3", o), seqlens));
+        make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o.kv_dtype.empty() ? KvDtype::kBFloat16 : kv_dtype_from_name(o.kv_dtype, "--kv-dtype"), o), seqlens));
   } else {
     std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
     for (const auto& c : cases) {
       if (o.case_name != "all" && c.name != o.case_name) continue;
       std::vector<int32_t> seqlens(c.seqlens.begin(), c.seqlens.end());
-      const bool fp8 = o.kv_dtype.empty() ? c.fp8 : o.kv_dtype == "fp8_e4m3";
-      reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, fp8, o), seqlens));
+      const KvDtype kv_dtype = o.kv_dtype.empty() ? c.kv_dtype : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
+      reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, kv_dtype, o), seqlens));
     }
     if (reports.empty()) find_case(cases, o.case_name);  // throws with the list of names
   }
@@ -183,7 +185,7 @@ Action add_plan_command(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print JSON instead of a table");
   cmd->add_option("--kv-dtype", o->kv_dtype,
                   "Cache dtype, for the decode's cost model (default: the case's, else bf16)")
-      ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
+      ->check(CLI::IsMember({"bf16", "fp8_e4m3", "fp8_e4m3_block"}));
   add_cost_options(cmd, o->cost);
   return [o, cmd] {
     o->cost_given = cmd->count("--cost-block") + cmd->count("--cost-item") + cmd->count("--cost-split") > 0;

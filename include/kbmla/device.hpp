@@ -29,5 +29,8 @@ DeviceInfo query_device(int ordinal = 0);
 void fill_device_random_bf16(void* ptr, size_t count, uint64_t seed, void* stream);
 // The same values quantised to e4m3 with `scale` (byte = e4m3(value / scale)).
 void fill_device_random_e4m3(void* ptr, size_t count, float scale, uint64_t seed, void* stream);
+// `tokens` 656-byte tokens of the per-block fp8 cache (KvDtype::kFp8E4m3PerBlock): values
+// in [-1, 1), each group of 128 with its own scale in [1, 2) / 448, the rope in bf16.
+void fill_device_random_fp8_block(void* ptr, size_t tokens, uint64_t seed, void* stream);
 
 }  // namespace kbmla

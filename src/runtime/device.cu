@@ -34,7 +34,52 @@ __global__ void fill_random_e4m3_kernel(uint8_t* ptr, size_t count, uint64_t see
   }
 }
 
+// Per-block fp8 tokens of random values in [-1, 1): bytes 0..511 e4m3(value / scale) with
+// scale = 1/448 x (1 + hash) (in [1, 2) / 448, one per 128 values), bytes 512..527 the
+// four scales, bytes 528..655 64 bf16 values. One thread per 16-byte chunk of a token.
+__global__ void fill_random_fp8_block_kernel(uint8_t* ptr, size_t tokens, uint64_t seed) {
+  const size_t chunks = tokens * 41;
+  for (size_t c = blockIdx.x * size_t(blockDim.x) + threadIdx.x; c < chunks; c += size_t(gridDim.x) * blockDim.x) {
+    const size_t token = c / 41;
+    const int k = int(c % 41);
+    auto value = [&](int j) {
+      const uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ull + token * 656 + j);
+      return (__uint_as_float(0x3f800000u | (uint32_t(h) & 0x7fffffu)) - 1.5f) * 2.f;
+    };
+    auto scale_of = [&](int g) {
+      const uint64_t h = mix64((seed + 1) * 0x9e3779b97f4a7c15ull + token * 4 + g);
+      return __uint_as_float(0x3f800000u | (uint32_t(h) & 0x7fffffu)) / 448.f;
+    };
+    uint8_t bytes[16];
+    if (k < 32) {
+      const float inv = 1.f / scale_of(k / 8);
+      for (int j = 0; j < 16; ++j) bytes[j] = __nv_cvt_float_to_fp8(value(16 * k + j) * inv, __NV_SATFINITE, __NV_E4M3);
+    } else if (k == 32) {
+      for (int g = 0; g < 4; ++g) {
+        const float sc = scale_of(g);
+        memcpy(bytes + 4 * g, &sc, 4);
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        const uint16_t b = static_cast<uint16_t>(__float_as_uint(value(512 + 8 * (k - 33) + j)) >> 16);
+        memcpy(bytes + 2 * j, &b, 2);
+      }
+    }
+    memcpy(ptr + token * 656 + 16 * k, bytes, 16);
+  }
+}
+
 }  // namespace
+
+void fill_device_random_fp8_block(void* ptr, size_t tokens, uint64_t seed, void* stream) {
+  require(ptr != nullptr || tokens == 0, "fill_device_random_fp8_block: null pointer with ", tokens, " tokens");
+  if (tokens == 0) return;
+  const int blocks = static_cast<int>(std::min<size_t>((tokens * 41 + 255) / 256, 8192));
+  fill_random_fp8_block_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<uint8_t*>(ptr),
+                                                                                       tokens, seed);
+  cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, "fill_device_random_fp8_block: launch failed: ", cudaGetErrorString(err));
+}
 
 void fill_device_random_e4m3(void* ptr, size_t count, float scale, uint64_t seed, void* stream) {
   require(ptr != nullptr || count == 0, "fill_device_random_e4m3: null pointer with count ", count);
