@@ -12,7 +12,8 @@
 //    them in e4m3 range; O of the group is rescaled by M_g(old) / M_g(new) when it grows
 //    and multiplied by M_g at the end;
 //  - a helper warp of the producer warpgroup computes M_g per block (the block's scale
-//    maxima) and hands the factors over per stage (scale_helper in consumer_fp8_block.cuh).
+//    maxima), transposes the stage's scales ([group][token], for the fold's 8-byte loads)
+//    and writes the P factors scale_g / M_g as half2 pairs (run_scale_helper).
 // Each consumer's 256 dims are two groups; the owner of a block writes the two P tiles of
 // its own groups to its private buffer (read only by its own P V, right after) and those
 // of the other consumer's groups over the stage's rope boxes (S has read them; they live
@@ -22,7 +23,7 @@
 //   Q        8 e4m3 boxes + 2 boxes of bf16 rope bytes, [64 rows][64 bytes] each = 40,960
 //   KV[4]    10 boxes as Q (64 tokens) + the scales [64 tokens][16 bytes]      = 41,984 each
 //   own P    [consumer][2 groups][64 rows][64 tokens] e4m3                    = 16,384
-//   zero row, barriers, flags, per-stage factors, row statistics ~3.5 KiB     = 228,720 (+1 KiB to align)
+//   zero row, barriers, flags, per-stage factors and P ratios, row statistics ~5.5 KiB = 230,752 (+1 KiB to align)
 // Four stages (the per-tensor kernel has five of 36 KiB; 656-byte tokens leave room for four).
 #pragma once
 
@@ -46,6 +47,17 @@ constexpr uint32_t kRopeBox = 8;          // first rope box of Q and of a stage
 constexpr int kStages = 4;
 static_assert(kQkBoxes * fp8::kBoxRowBytes + kScaleRowBytes == kTokenBytes, "a stage row is one token");
 
+// Named barriers (ids 1..3 and 8, 9 as in the per-tensor kernel). Per owner consumer c:
+// kBarStatsReady + c: the block's row maxima, factors and rescale flag are written (the
+// owner arrives, the other syncs before its own softmax: the serial chain ends here);
+// p_ready_barrier: its P tiles are written (the other syncs before that block's P V). The
+// P barrier alternates between two ids by the parity of block_count / 2: the owner may
+// write the P tiles of its next block before the other has synced on this one's.
+constexpr uint32_t kBarStatsReady = 6;  // 6, 7
+__host__ __device__ constexpr uint32_t p_ready_barrier(int owner, int block_count) {
+  return ((block_count >> 1) & 1 ? 10u : 4u) + uint32_t(owner);  // 4, 5 or 10, 11
+}
+
 // Registers: a consumer holds O^T (128), S and one group's product (64) while it folds S.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
@@ -60,13 +72,20 @@ struct SmemLayout {
   // q_full, q_empty, full[kStages], empty[kStages], ready[kStages] (the helper's factors)
   static constexpr uint32_t num_barriers = 2 + 3 * kStages;
   static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;
-  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;              // uint32[stage]
-  static constexpr uint32_t row_scale = rescale_flags + 4 * kStages;                // float[stage][64]
-  static constexpr uint32_t row_max = row_scale + 4 * kStages * kRowsPerCta;        // float[stage][64]
+  // The owner's hand-over of a block (rescale flag, row factors, row maxima), in slot
+  // block_count % 3: block k's is read until the other consumer's P V of k, which precedes
+  // its own softmax of k + 3 (the next writer of the slot); the owner's P V of k precedes
+  // its softmax of k + 2. Three slots instead of one per stage keep the layout in 227 KiB.
+  static constexpr int kHandoverSlots = 3;
+  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;              // uint32[slot]
+  static constexpr uint32_t row_scale = rescale_flags + 4 * 4;                      // float[slot][64]
+  static constexpr uint32_t row_max = row_scale + 4 * kHandoverSlots * kRowsPerCta;  // float[slot][64]
   // The helper's per-stage group factors: float4 [stage][3]: M_g after the block, 1 / M_g,
   // M_g(before) / M_g (1 at the item's first block).
-  static constexpr uint32_t group_factors = row_max + 4 * kStages * kRowsPerCta;
-  static constexpr uint32_t row_stats = group_factors + 16 * 3 * kStages;          // float2[parity][consumer][64]
+  static constexpr uint32_t group_factors = row_max + 4 * kHandoverSlots * kRowsPerCta;
+  // The helper's P factors: half2 [stage][group][32 token pairs], scale_g[t] / M_g.
+  static constexpr uint32_t p_ratios = group_factors + 16 * 3 * kStages;
+  static constexpr uint32_t row_stats = p_ratios + 4 * kGroups * 32 * kStages;      // float2[parity][consumer][64]
   static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;
 };

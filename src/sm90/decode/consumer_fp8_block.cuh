@@ -4,6 +4,8 @@
 // tiles, and P V with the group factors.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include "src/sm90/decode/config_fp8_block.hpp"
 #include "src/sm90/decode/consumer_fp8.cuh"
 
@@ -19,8 +21,10 @@ using fp8::take_over_row_state;
 // Scale helper (warp 2 of the producer warpgroup): per block, once the stage is in, the
 // maximum of each group's scales over the block's real tokens (lane l reads tokens l and
 // l + 32), the running maximum M_g over the item's blocks (at least FLT_MIN, so that 1 / M_g
-// is finite), and the factors the consumers need (SmemLayout::group_factors); then the
-// stage's ready barrier. Stage rows past the request's last token may hold anything.
+// is finite) and the O factors (SmemLayout::group_factors); the scales transposed in place
+// to [group][token] (the fold's 8-byte loads) and the P factors scale_g[t] / M_g as half2
+// pairs of tokens (SmemLayout::p_ratios); then the stage's ready barrier. Rows past the
+// request's last token may hold anything: their scales become 0.
 __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t* smem) {
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* full = bars + 2;
@@ -36,11 +40,10 @@ __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t*
       const int stage = block_count % kStages;
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       const int valid = it.seqlen - blk * kBlockTokens;
-      const float4* scales =
-          reinterpret_cast<const float4*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
+      float* scales = reinterpret_cast<float*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
       const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-      const float4 a = lane < valid ? scales[lane] : zero;
-      const float4 b = lane + 32 < valid ? scales[lane + 32] : zero;
+      const float4 a = lane < valid ? reinterpret_cast<const float4*>(scales)[lane] : zero;
+      const float4 b = lane + 32 < valid ? reinterpret_cast<const float4*>(scales)[lane + 32] : zero;
       // Non-negative floats order as their bit patterns: an integer warp maximum.
       auto block_max = [&](float x, float y) {
         return __uint_as_float(__reduce_max_sync(0xffffffffu, __float_as_uint(fmaxf(fabsf(x), fabsf(y)))));
@@ -51,14 +54,35 @@ __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t*
       m_new.y = fmaxf(fmaxf(m.y, block_max(a.y, b.y)), kFloor);
       m_new.z = fmaxf(fmaxf(m.z, block_max(a.z, b.z)), kFloor);
       m_new.w = fmaxf(fmaxf(m.w, block_max(a.w, b.w)), kFloor);
-      const bool first = blk == it.blk_begin;
+      const float4 inv = make_float4(1.f / m_new.x, 1.f / m_new.y, 1.f / m_new.z, 1.f / m_new.w);
       if (lane == 0) {
         factors[3 * stage + 0] = m_new;
-        factors[3 * stage + 1] = make_float4(1.f / m_new.x, 1.f / m_new.y, 1.f / m_new.z, 1.f / m_new.w);
-        factors[3 * stage + 2] = first ? make_float4(1.f, 1.f, 1.f, 1.f)
-                                       : make_float4(m.x / m_new.x, m.y / m_new.y, m.z / m_new.z, m.w / m_new.w);
+        factors[3 * stage + 1] = inv;
+        factors[3 * stage + 2] = blk == it.blk_begin
+                                     ? make_float4(1.f, 1.f, 1.f, 1.f)
+                                     : make_float4(m.x / m_new.x, m.y / m_new.y, m.z / m_new.z, m.w / m_new.w);
       }
       m = m_new;
+      __syncwarp();  // every lane has read the [token][group] scales
+      scales[0 * kBlockTokens + lane] = a.x;
+      scales[1 * kBlockTokens + lane] = a.y;
+      scales[2 * kBlockTokens + lane] = a.z;
+      scales[3 * kBlockTokens + lane] = a.w;
+      scales[0 * kBlockTokens + lane + 32] = b.x;
+      scales[1 * kBlockTokens + lane + 32] = b.y;
+      scales[2 * kBlockTokens + lane + 32] = b.z;
+      scales[3 * kBlockTokens + lane + 32] = b.w;
+      __syncwarp();
+      __half2* ratios = reinterpret_cast<__half2*>(smem + SmemLayout::p_ratios) + stage * kGroups * 32;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const float2 pair = reinterpret_cast<const float2*>(scales + g * kBlockTokens)[lane];
+        const float f = g == 0 ? inv.x : g == 1 ? inv.y : g == 2 ? inv.z : inv.w;
+        ratios[g * 32 + lane] = __floats2half2_rn(pair.x * f, pair.y * f);
+      }
+      // The stage's scale box is rewritten by TMA next round: order these generic writes
+      // before that (async proxy).
+      fence_view_async_shared();
       __syncwarp();
       if (lane == 0) Mbarrier::arrive(ready + stage);
     }
@@ -113,7 +137,8 @@ __device__ __forceinline__ void issue_s_group(uint64_t q_desc, uint64_t k_desc, 
 
 // S of the block in units of the row's Q scale: rope / q_scale + sum_g scale_g[token] x
 // (Q8_g . K8_g). Group g + 1 issues once group g is folded (two accumulators fit the
-// register budget, not three). scales: the stage's [64 tokens][4] fp32.
+// register budget, not three). scales: the stage's [4 groups][64 tokens] fp32 (transposed
+// by the helper).
 __device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, const float* scales, int col_pair,
                                           float inv_qs0, float inv_qs1, float (&s)[32]) {
   const uint64_t k_desc = desc_k_major_sw64(stage_addr);
@@ -135,12 +160,11 @@ __device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, 
     sm90::fence_accumulators(t);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float sc = scales[(8 * i + col_pair + e) * kGroups + g];
-        s[4 * i + e] = fmaf(t[4 * i + e], sc, s[4 * i + e]);
-        s[4 * i + 2 + e] = fmaf(t[4 * i + 2 + e], sc, s[4 * i + 2 + e]);
-      }
+      const float2 sc = *reinterpret_cast<const float2*>(scales + g * kBlockTokens + 8 * i + col_pair);
+      s[4 * i + 0] = fmaf(t[4 * i + 0], sc.x, s[4 * i + 0]);
+      s[4 * i + 1] = fmaf(t[4 * i + 1], sc.y, s[4 * i + 1]);
+      s[4 * i + 2] = fmaf(t[4 * i + 2], sc.x, s[4 * i + 2]);
+      s[4 * i + 3] = fmaf(t[4 * i + 3], sc.y, s[4 * i + 3]);
     }
     if (g + 1 < kGroups) {
       sm90::fence_accumulators(t);
@@ -151,33 +175,35 @@ __device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, 
 
 // The block's four P tiles from p (fp32, exp'd, in the S fragment layout): tile g holds
 // P x scale_g[token] / M_g in e4m3 (<= P <= 2^kRescaleSlack), in the A fragment's token
-// order (consumer_fp8.cuh). Tokens past the block's valid ones get scale 0 (their stage
-// rows may hold NaN; P is 0 there). Tiles of this consumer's groups go to its own buffer,
-// the other's over the stage's rope boxes.
+// order (consumer_fp8.cuh). The products run in half2 (P <= 256, the factors <= 1; e4m3
+// keeps 3 mantissa bits of the 10) with the helper's factor pairs: one multiply and one
+// conversion per two values (the fp32 version was the largest item of the owner's
+// softmax, ncu). Tiles of this consumer's groups go to its own buffer, the other's over
+// the stage's rope boxes.
 template <int kWg>
-__device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const float* scales, float4 inv_m,
-                                              uint8_t* own_p, uint8_t* stage_rope, int valid_tokens, int r0, int r1,
-                                              int col_pair) {
+__device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __half2* ratios, uint8_t* own_p,
+                                              uint8_t* stage_rope, int r0, int r1, int lane) {
+  __half2 h0[8], h1[8];  // rows r0, r1: tokens 8i + col_pair + {0, 1}
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    h0[i] = __floats2half2_rn(pv[4 * i + 0], pv[4 * i + 1]);
+    h1[i] = __floats2half2_rn(pv[4 * i + 2], pv[4 * i + 3]);
+  }
+  const int col_pair = 2 * (lane % 4);
+  auto e4m3x2 = [](__half2 x) -> uint32_t {
+    return __nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(x), __NV_SATFINITE, __NV_E4M3);
+  };
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
-    const float inv = g == 0 ? inv_m.x : g == 1 ? inv_m.y : g == 2 ? inv_m.z : inv_m.w;
     uint8_t* tile = ((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * fp8::kPBytes;
+    const __half2* rg = ratios + g * 32 + lane % 4;  // token pair 4i + lane % 4
 #pragma unroll
     for (int gi = 0; gi < 4; ++gi) {
-      float c[2][2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int token = 16 * gi + 8 * h + col_pair + e;
-          c[h][e] = token < valid_tokens ? scales[token * kGroups + g] * inv : 0.f;
-        }
-      }
-      const float* q = pv + 8 * gi;
+      const __half2 ra = rg[8 * gi], rb = rg[8 * gi + 4];  // i = 2 gi, 2 gi + 1
       *reinterpret_cast<uint32_t*>(tile + swizzled64(r0, 16 * gi + 2 * col_pair)) =
-          e4m3x4(q[0] * c[0][0], q[1] * c[0][1], q[4] * c[1][0], q[5] * c[1][1]);
+          e4m3x2(__hmul2(h0[2 * gi], ra)) | (e4m3x2(__hmul2(h0[2 * gi + 1], rb)) << 16);
       *reinterpret_cast<uint32_t*>(tile + swizzled64(r1, 16 * gi + 2 * col_pair)) =
-          e4m3x4(q[2] * c[0][0], q[3] * c[0][1], q[6] * c[1][0], q[7] * c[1][1]);
+          e4m3x2(__hmul2(h1[2 * gi], ra)) | (e4m3x2(__hmul2(h1[2 * gi + 1], rb)) << 16);
     }
   }
 }
@@ -201,6 +227,7 @@ __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][32], uint32_t (&a
 template <int kWg>
 __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
+  constexpr int kHandoverSlots = SmemLayout::kHandoverSlots;
   const int tid = threadIdx.x - 128 * (kWg + 1);
   const int warp = tid / 32, lane = tid % 32;
   const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
@@ -262,15 +289,19 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       const uint32_t stage_addr = kv_addr + stage * kStageBytes;
       const int valid_tokens = it.seqlen - blk * kBlockTokens;
       const bool last = blk + 1 == it.blk_end;
+      // The block's hand-over slot (SmemLayout::kHandoverSlots); the deferred block's is the one before.
+      const int slot = block_count % kHandoverSlots;
+      const int deferred_slot = (block_count + kHandoverSlots - 1) % kHandoverSlots;
       if ((block_count & 1) != kWg) {
         if (!last) {
           deferred = true;
           continue;
         }
-        named_sync(fp8::kBarFp8PReady + kOther, kConsumerThreads);
-        const bool rescale = rescale_flags[stage] != 0;
-        take_over_row_state(row_max + stage * 64, row_scale + stage * 64, rescale, r0, r1, m0, m1, l0, l1);
-        if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
+        named_sync(kBarStatsReady + kOther, kConsumerThreads);
+        const bool rescale = rescale_flags[slot] != 0;
+        take_over_row_state(row_max + slot * 64, row_scale + slot * 64, rescale, r0, r1, m0, m1, l0, l1);
+        named_sync(p_ready_barrier(kOther, block_count), kConsumerThreads);
+        if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
         rescale_groups<kWg>(o, factors, stage);
         group_max = own_groups<kWg>(factors[3 * stage]);
         uint32_t a[4][2][4];
@@ -286,6 +317,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       // Own block: S, the online softmax, the P tiles.
       const float* scales =
           reinterpret_cast<const float*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
+      const __half2* ratios = reinterpret_cast<const __half2*>(smem + SmemLayout::p_ratios) + stage * kGroups * 32;
       float s[32];
       compute_s(q_desc, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
       mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
@@ -294,13 +326,24 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
-        named_sync(fp8::kBarFp8PReady + kOther, kConsumerThreads);
-        deferred_rescale = rescale_flags[deferred_stage] != 0;
-        take_over_row_state(row_max + deferred_stage * 64, row_scale + deferred_stage * 64, deferred_rescale, r0, r1,
+        named_sync(kBarStatsReady + kOther, kConsumerThreads);
+        deferred_rescale = rescale_flags[deferred_slot] != 0;
+        take_over_row_state(row_max + deferred_slot * 64, row_scale + deferred_slot * 64, deferred_rescale, r0, r1,
                             m0, m1, l0, l1);
       }
       const float alpha0 = lazy_rescale(mx0 * f0, m0);
       const float alpha1 = lazy_rescale(mx1 * f1, m1);
+      // The hand-over first: the other consumer's next softmax waits only for these.
+      if (lane % 4 == 0) {
+        row_scale[slot * 64 + r0] = alpha0;
+        row_scale[slot * 64 + r1] = alpha1;
+        row_max[slot * 64 + r0] = m0;
+        row_max[slot * 64 + r1] = m1;
+      }
+      // Any factor below 1 makes both consumers rescale O.
+      const bool rescale = named_sync_or(fp8::kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
+      if (tid == 0) rescale_flags[slot] = rescale;
+      named_arrive(kBarStatsReady + kWg, kConsumerThreads);
       const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -315,21 +358,16 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       l0 = l0 * alpha0 + sum0;
       l1 = l1 * alpha1 + sum1;
       uint8_t* stage_rope = smem + SmemLayout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
-      write_p_tiles<kWg>(s, scales, factors[3 * stage + 1], own_p, stage_rope, valid_tokens, r0, r1, col_pair);
-      if (lane % 4 == 0) {
-        row_scale[stage * 64 + r0] = alpha0;
-        row_scale[stage * 64 + r1] = alpha1;
-        row_max[stage * 64 + r0] = m0;
-        row_max[stage * 64 + r1] = m1;
-      }
+      write_p_tiles<kWg>(s, ratios, own_p, stage_rope, r0, r1, lane);
       fence_view_async_shared();
-      const bool rescale = named_sync_or(fp8::kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
-      if (tid == 0) rescale_flags[stage] = rescale;
-      named_arrive(fp8::kBarFp8PReady + kWg, kConsumerThreads);
+      named_arrive(p_ready_barrier(kWg, block_count), kConsumerThreads);
+      // Our own P V reads the tiles of all four of our warps.
+      named_sync(fp8::kBarFp8OwnerP + kWg, 128);
       uint32_t a_own[4][2][4];
       if (deferred) {
+        named_sync(p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
         const uint32_t deferred_addr = kv_addr + deferred_stage * kStageBytes;
-        if (deferred_rescale) rescale_ot(o, row_scale + deferred_stage * 64, col_pair);
+        if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
         rescale_groups<kWg>(o, factors, deferred_stage);
         uint32_t a_deferred[4][2][4];
         load_vt_fragments<kWg>(deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
@@ -345,7 +383,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
         load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
       }
-      if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
+      if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
       rescale_groups<kWg>(o, factors, stage);
       if (last) group_max = own_groups<kWg>(factors[3 * stage]);
       issue_pv_grouped(o, a_own, own_p_addr);
