@@ -97,7 +97,7 @@ bool q_is_e4m3(const Tensor& q) { return q.dtype() == kU8.code; }
 void check_decode_tensors(const DecodeConfig& c, int batch, const DecodeTensors& t, size_t workspace_bytes) {
   if (q_is_e4m3(t.q)) {
     require(c.kv_dtype == KvDtype::kFp8E4m3, "q is uint8 (e4m3 bytes), which needs an fp8 cache (kv_dtype "
-            "fp8_e4m3); a bf16 cache takes a bfloat16 q");
+            "fp8_e4m3); a ", kv_dtype_name(c.kv_dtype), " cache takes a bfloat16 q");
     require(!t.q_pe, "q is uint8 (e4m3 bytes): it comes as one tensor of d_qk columns, q_pe must be None");
     check_tensor(t.q, "q", kU8, {batch, c.q_len, c.heads, c.d_qk}, Layout::kRows);
   } else {
@@ -139,9 +139,10 @@ DcpLayout parse_dcp_layout(const std::string& v) {
 }
 
 KvDtype parse_kv_dtype(const std::string& v) {
-  if (v == "bf16") return KvDtype::kBFloat16;
-  if (v == "fp8_e4m3") return KvDtype::kFp8E4m3;
-  throw Error(detail::concat("kv_dtype '", v, "' is not one of: bf16, fp8_e4m3"));
+  for (KvDtype d : {KvDtype::kBFloat16, KvDtype::kFp8E4m3, KvDtype::kFp8E4m3PerBlock}) {
+    if (v == kv_dtype_name(d)) return d;
+  }
+  throw Error(detail::concat("kv_dtype '", v, "' is not one of: bf16, fp8_e4m3, fp8_e4m3_block"));
 }
 
 LseBase parse_lse_base(const std::string& v) {
@@ -209,7 +210,7 @@ NB_MODULE(_kbmla, m) {
           [](DecodeConfig& c, const std::string& v) { c.dcp_layout = parse_dcp_layout(v); })
       .def_prop_rw(
           "kv_dtype",
-          [](const DecodeConfig& c) { return std::string(c.kv_dtype == KvDtype::kFp8E4m3 ? "fp8_e4m3" : "bf16"); },
+          [](const DecodeConfig& c) { return std::string(kv_dtype_name(c.kv_dtype)); },
           [](DecodeConfig& c, const std::string& v) { c.kv_dtype = parse_kv_dtype(v); })
       .def("validate", [](const DecodeConfig& c) { validate_config(c); });
 
@@ -284,14 +285,18 @@ NB_MODULE(_kbmla, m) {
             require(cache.ndim() == 3, "cache has shape ", shape_string(cache), ", expected (pages, page_size, d_qk)");
             const bool fp8 = cache.dtype() == kU8.code;
             check_tensor(cache, "cache", fp8 ? kU8 : kBf16, {-1, -1, -1});
-            new (k) KvCache(cache.data(), int64_t(cache.shape(0)), int(cache.shape(1)), int(cache.shape(2)),
-                            fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16);
+            // 656 bytes per token: the per-block-scale format (512 e4m3, 4 fp32 scales, 64 bf16).
+            const bool per_block = fp8 && cache.shape(2) == 656;
+            new (k) KvCache(cache.data(), int64_t(cache.shape(0)), int(cache.shape(1)),
+                            per_block ? 576 : int(cache.shape(2)),
+                            per_block ? KvDtype::kFp8E4m3PerBlock : fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16);
           },
           nb::arg("cache"), nb::keep_alive<1, 2>(),
           "A paged latent cache [pages, page_size, d_qk] of bfloat16, or of e4m3 bytes as uint8 (a torch "
-          "float8_e4m3fn cache: pass cache.view(torch.uint8)); its TMA descriptor is made once.")
+          "float8_e4m3fn cache: pass cache.view(torch.uint8)), or [pages, page_size, 656] uint8 tokens of the "
+          "per-block-scale format (kv_dtype fp8_e4m3_block); its TMA descriptors are made once.")
       .def_prop_ro("kv_dtype", [](const KvCache& k) {
-        return std::string(k.dtype() == KvDtype::kFp8E4m3 ? "fp8_e4m3" : "bf16");
+        return std::string(kv_dtype_name(k.dtype()));
       });
 
   m.def(

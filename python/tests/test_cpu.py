@@ -32,6 +32,7 @@ def test_config_errors_name_the_value(field, value, message):
 def test_kv_dtype_is_checked_by_name():
     assert cfg(kv_dtype="fp8_e4m3").kv_dtype == "fp8_e4m3"
     assert cfg().kv_dtype == "bf16"
+    assert cfg(kv_dtype="fp8_e4m3_block").kv_dtype == "fp8_e4m3_block"
     with pytest.raises(ValueError, match="kv_dtype 'fp8' is not one of: bf16, fp8_e4m3"):
         cfg(kv_dtype="fp8")
 

@@ -165,6 +165,51 @@ def test_fp8_cache_with_an_e4m3_q():
     assert torch.equal(out2, out) and torch.equal(lse2, lse)
 
 
+def encode_fp8_block(cache):
+    """[pages, page_size, 576] bf16 -> [pages, page_size, 656] uint8 tokens of the per-block
+    format (512 e4m3 with a power-of-two scale per 128 values, the 4 fp32 scales, 64 bf16
+    rope) and the dequantised cache (exact in bf16)."""
+    latent = cache[..., :512].float().unflatten(-1, (4, 128))
+    amax = latent.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+    scales = torch.exp2(torch.ceil(torch.log2(amax / 448)))
+    e4m3 = (latent / scales).to(torch.float8_e4m3fn)
+    dequant = torch.cat([(e4m3.float() * scales).flatten(-2), cache[..., 512:].float()], -1).to(torch.bfloat16)
+    tokens = torch.cat([e4m3.flatten(-2).view(torch.uint8), scales.squeeze(-1).contiguous().view(torch.uint8),
+                        cache[..., 512:].contiguous().view(torch.uint8)], -1)
+    return tokens.contiguous(), dequant
+
+
+def test_fp8_block_cache_matches_the_dequantised_reference():
+    q, cache, table, seqlens = make_problem(SEQLENS, seed=10)
+    tokens, dequant = encode_fp8_block(cache)
+    assert tokens.shape[-1] == 656
+    cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, kv_dtype="fp8_e4m3_block")
+    plan = kbmla.Plan.create(cfg, SEQLENS)
+    kv = kbmla.KvCache(tokens)
+    assert kv.kv_dtype == "fp8_e4m3_block"
+    out, lse, ws = buffers(q, plan)
+    stream = torch.cuda.current_stream().cuda_stream
+    kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, stream)
+    assert kbmla.read_device_errors(ws)[0] == 0
+    ref_out, ref_lse = reference(q, dequant, table, seqlens)
+    err = (out.double() - ref_out).norm() / ref_out.norm()
+    assert err < 5e-2  # Q and P in e4m3 (issue 5's bar)
+    finite = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse.double()), finite)
+    assert (lse.double()[finite] - ref_lse[finite]).abs().max() < 5e-2
+    kv_scale = torch.tensor([1.0], dtype=torch.float32, device="cuda")
+    with pytest.raises(Exception, match="its scales are in the cache"):
+        kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, stream, kv_scale=kv_scale)
+    # Through the custom op: the same bits.
+    out2, lse2, ws2 = buffers(q, plan)
+    ph, ch = kops.handle(plan), kops.handle(kv)
+    torch.ops.kbmla.decode(q, table, seqlens, out2, lse2, ws2, ph, ch)
+    torch.cuda.synchronize()
+    kops.release(plan)
+    kops.release(kv)
+    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+
+
 def test_wrong_tensor_is_a_value_error():
     q, cache, table, seqlens = make_problem(SEQLENS)
     plan = kbmla.Plan.create(CFG, SEQLENS)
