@@ -61,10 +61,19 @@ constexpr uint32_t kPBox = 8;
 static_assert(kPBytes == kBoxBytes && kPBox < kQkBoxes, "P fits the rope box of a stage");
 
 // Named barriers of the fp8 consumers (ids 1..3 as in config.hpp; 0 is __syncthreads).
-// Per owner consumer c (id + c): its P, factors and maxima of the block are written (the
-// owner arrives, the other syncs); the owner's four warps have written theirs (128 threads).
-constexpr uint32_t kBarFp8PReady = 4;   // 4, 5
-constexpr uint32_t kBarFp8OwnerP = 8;   // 8, 9
+// Per owner consumer c (id + c):
+//  kBarFp8StatsReady: the block's row maxima, factors and rescale flag are written (the
+//    owner arrives, the other syncs before its own softmax: the serial chain between the
+//    consumers ends here, before the owner's exponentials and P stores);
+//  p_ready_barrier: the block's P is written (the other syncs before that block's P V).
+//    It alternates between two ids by the parity of block_count / 2: the owner may write
+//    the P of its next block before the other has synced on this one's;
+//  kBarFp8OwnerP: the owner's four warps (128 threads): their flags OR-ed, their P complete.
+constexpr uint32_t kBarFp8StatsReady = 6;  // 6, 7
+constexpr uint32_t kBarFp8OwnerP = 8;      // 8, 9
+__host__ __device__ constexpr uint32_t p_ready_barrier(int owner, int block_count) {
+  return ((block_count >> 1) & 1 ? 10u : 4u) + uint32_t(owner);  // 4, 5 or 10, 11
+}
 
 struct SmemLayout {
   static constexpr uint32_t q = 0;

@@ -47,17 +47,6 @@ constexpr uint32_t kRopeBox = 8;          // first rope box of Q and of a stage
 constexpr int kStages = 4;
 static_assert(kQkBoxes * fp8::kBoxRowBytes + kScaleRowBytes == kTokenBytes, "a stage row is one token");
 
-// Named barriers (ids 1..3 and 8, 9 as in the per-tensor kernel). Per owner consumer c:
-// kBarStatsReady + c: the block's row maxima, factors and rescale flag are written (the
-// owner arrives, the other syncs before its own softmax: the serial chain ends here);
-// p_ready_barrier: its P tiles are written (the other syncs before that block's P V). The
-// P barrier alternates between two ids by the parity of block_count / 2: the owner may
-// write the P tiles of its next block before the other has synced on this one's.
-constexpr uint32_t kBarStatsReady = 6;  // 6, 7
-__host__ __device__ constexpr uint32_t p_ready_barrier(int owner, int block_count) {
-  return ((block_count >> 1) & 1 ? 10u : 4u) + uint32_t(owner);  // 4, 5 or 10, 11
-}
-
 // Registers: a consumer holds O^T (128), S and one group's product (64) while it folds S.
 constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;

@@ -229,9 +229,10 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
           deferred = true;
           continue;
         }
-        named_sync(kBarFp8PReady + kOther, kConsumerThreads);
+        named_sync(kBarFp8StatsReady + kOther, kConsumerThreads);
         const bool rescale = rescale_flags[stage] != 0;
         take_over_row_state(row_max + stage * 64, row_scale + stage * 64, rescale, r0, r1, m0, m1, l0, l1);
+        named_sync(p_ready_barrier(kOther, block_count), kConsumerThreads);
         add_pv<kWg>(o, stage_addr, zero_addr, row_scale + stage * 64, rescale, valid_tokens, warp, lane);
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
@@ -250,13 +251,24 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
-        named_sync(kBarFp8PReady + kOther, kConsumerThreads);
+        named_sync(kBarFp8StatsReady + kOther, kConsumerThreads);
         deferred_rescale = rescale_flags[deferred_stage] != 0;
         take_over_row_state(row_max + deferred_stage * 64, row_scale + deferred_stage * 64, deferred_rescale, r0, r1,
                             m0, m1, l0, l1);
       }
       const float alpha0 = lazy_rescale(mx0 * f0, m0);
       const float alpha1 = lazy_rescale(mx1 * f1, m1);
+      // The hand-over first: the other consumer's next softmax waits only for these.
+      if (lane % 4 == 0) {
+        row_scale[stage * 64 + r0] = alpha0;
+        row_scale[stage * 64 + r1] = alpha1;
+        row_max[stage * 64 + r0] = m0;
+        row_max[stage * 64 + r1] = m1;
+      }
+      // Any factor below 1 makes both consumers rescale O.
+      const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
+      if (tid == 0) rescale_flags[stage] = rescale;
+      named_arrive(kBarFp8StatsReady + kWg, kConsumerThreads);
       const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
       // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
       // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
@@ -288,22 +300,15 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
         *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) = p_words1[g];
       }
-      if (lane % 4 == 0) {
-        row_scale[stage * 64 + r0] = alpha0;
-        row_scale[stage * 64 + r1] = alpha1;
-        row_max[stage * 64 + r0] = m0;
-        row_max[stage * 64 + r1] = m1;
-      }
       fence_view_async_shared();
-      // Our four warps' P and factors complete (our own P V reads all of them); any factor
-      // below 1 makes both consumers rescale O.
-      const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
-      if (tid == 0) rescale_flags[stage] = rescale;
-      named_arrive(kBarFp8PReady + kWg, kConsumerThreads);
+      named_arrive(p_ready_barrier(kWg, block_count), kConsumerThreads);
+      // Our own P V reads the P of all four of our warps.
+      named_sync(kBarFp8OwnerP + kWg, 128);
       // The deferred block's P V, then ours; our fragments load while the deferred
       // block's wgmma run (their shared-memory latency was ~9 % of a consumer's time).
       uint32_t a_own[4][2][4];
       if (deferred) {
+        named_sync(p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
         const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_stage * 64, col_pair);
         uint32_t a_deferred[4][2][4];

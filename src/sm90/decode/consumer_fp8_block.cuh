@@ -297,10 +297,10 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
           deferred = true;
           continue;
         }
-        named_sync(kBarStatsReady + kOther, kConsumerThreads);
+        named_sync(fp8::kBarFp8StatsReady + kOther, kConsumerThreads);
         const bool rescale = rescale_flags[slot] != 0;
         take_over_row_state(row_max + slot * 64, row_scale + slot * 64, rescale, r0, r1, m0, m1, l0, l1);
-        named_sync(p_ready_barrier(kOther, block_count), kConsumerThreads);
+        named_sync(fp8::p_ready_barrier(kOther, block_count), kConsumerThreads);
         if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
         rescale_groups<kWg>(o, factors, stage);
         group_max = own_groups<kWg>(factors[3 * stage]);
@@ -326,7 +326,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
-        named_sync(kBarStatsReady + kOther, kConsumerThreads);
+        named_sync(fp8::kBarFp8StatsReady + kOther, kConsumerThreads);
         deferred_rescale = rescale_flags[deferred_slot] != 0;
         take_over_row_state(row_max + deferred_slot * 64, row_scale + deferred_slot * 64, deferred_rescale, r0, r1,
                             m0, m1, l0, l1);
@@ -343,7 +343,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       // Any factor below 1 makes both consumers rescale O.
       const bool rescale = named_sync_or(fp8::kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
       if (tid == 0) rescale_flags[slot] = rescale;
-      named_arrive(kBarStatsReady + kWg, kConsumerThreads);
+      named_arrive(fp8::kBarFp8StatsReady + kWg, kConsumerThreads);
       const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -360,12 +360,12 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       uint8_t* stage_rope = smem + SmemLayout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
       write_p_tiles<kWg>(s, ratios, own_p, stage_rope, r0, r1, lane);
       fence_view_async_shared();
-      named_arrive(p_ready_barrier(kWg, block_count), kConsumerThreads);
+      named_arrive(fp8::p_ready_barrier(kWg, block_count), kConsumerThreads);
       // Our own P V reads the tiles of all four of our warps.
       named_sync(fp8::kBarFp8OwnerP + kWg, 128);
       uint32_t a_own[4][2][4];
       if (deferred) {
-        named_sync(p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
+        named_sync(fp8::p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
         const uint32_t deferred_addr = kv_addr + deferred_stage * kStageBytes;
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
         rescale_groups<kWg>(o, factors, deferred_stage);
