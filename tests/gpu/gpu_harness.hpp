@@ -108,6 +108,10 @@ struct GpuCase {
   // scales differ within a block and the running group maxima grow; the reference runs on
   // the decoded cache (power-of-two scales: exact in bf16).
   bool fp8_block = false;
+  // With fp8_block: scales of any value (amax / 448) instead of powers of two; the
+  // reference's cache is then the decoded values rounded to bf16 (2^-9 relative, well
+  // below the e4m3 errors the bars allow).
+  bool fp8_block_any_scales = false;
 };
 
 struct GpuResult {
@@ -120,7 +124,7 @@ inline std::string describe(const GpuCase& c) {
   os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
      << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
      << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string()) << (c.fp8 ? " fp8" : "")
-     << (c.fp8_q ? " e4m3-q" : "") << (c.fp8_block ? " fp8-block" : "")
+     << (c.fp8_q ? " e4m3-q" : "") << (c.fp8_block ? " fp8-block" : "") << (c.fp8_block_any_scales ? " any-scales" : "")
      << " seqlens";
   for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
   if (c.seqlens.size() > 8) os << " ...";
@@ -162,7 +166,7 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
         for (int i = 0; i < ref::kFp8BlockGroupSize; ++i) v[g * ref::kFp8BlockGroupSize + i] *= std::ldexp(1.f, k);
       }
       uint8_t* token = cache8.data() + t * ref::kFp8BlockTokenBytes;
-      ref::encode_fp8_block_token(v.data(), v.data() + 512, token, /*power_of_two_scales=*/true);
+      ref::encode_fp8_block_token(v.data(), v.data() + 512, token, /*power_of_two_scales=*/!c.fp8_block_any_scales);
       ref::decode_fp8_block_token(token, v.data());
       for (int d = 0; d < 576; ++d) data.cache[t * 576 + d] = ref::float_to_bf16(v[d]);
     }

@@ -78,6 +78,9 @@ TEST(GpuSmoke, Fp8BlockCacheMatchesTheDequantisedReference) {
   for (GpuCase c : {GpuCase{16, 4, {0, 1, 65, 700, 3000}}, GpuCase{128, 1, {100, 1000}}, GpuCase{16, 1, {20000}}}) {
     c.fp8_block = true;
     expect_accurate(c, run_gpu_case(c));
+    // Scales of any value (amax / 448, not powers of two).
+    c.fp8_block_any_scales = true;
+    expect_accurate(c, run_gpu_case(c));
   }
 }
 
