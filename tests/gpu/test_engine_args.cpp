@@ -15,14 +15,20 @@ struct Dense {
   std::vector<float> lse;
 };
 
-void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas) {
-  SCOPED_TRACE(::testing::Message() << "heads " << heads << " q_len " << q_len << " ctas " << ctas);
+// A random causal problem (d_qk 576, softmax scale 1 / sqrt(576)).
+ref::RandomProblem<ref::Bf16> random_problem(int heads, int q_len, const std::vector<int32_t>& seqlens, uint64_t seed) {
   ref::Problem shape;
   shape.batch = int(seqlens.size());
   shape.q_len = q_len;
   shape.heads = heads;
   shape.scale = 1.0 / std::sqrt(576.0);
-  const auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, 11);
+  return ref::make_random_problem<ref::Bf16>(shape, seqlens, seed);
+}
+
+void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas) {
+  SCOPED_TRACE(::testing::Message() << "heads " << heads << " q_len " << q_len << " ctas " << ctas);
+  const auto data = random_problem(heads, q_len, seqlens, 11);
+  const ref::Problem& shape = data.problem;
   const int B = shape.batch;
   const size_t rows = size_t(B) * q_len * heads, tokens = size_t(B) * q_len;
   DecodeConfig config;
@@ -108,18 +114,34 @@ TEST(GpuEngineArgs, StridedQOutLseAndSplitQMatchTheDenseCall) {
   check_layouts(24, 9, {2000, 130}, 0);       // tiles across token boundaries
 }
 
+// decode()'s error message for these arguments ("no error" when it runs).
+std::string decode_error(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args) {
+  try {
+    decode(plan, cache, args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The decode with `args` (another layout of the same inputs) gives `dense`, bit for bit.
+void expect_same_as_dense(const DevicePlan& plan, const KvCache& kv, const DecodeArgs& args, DeviceProblem& dev,
+                          const Dense& dense, size_t rows) {
+  dev.out.poison();
+  decode(plan, kv, args);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.out.data(), rows * 512 * 2), 0);
+  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense.lse.data(), rows * 4), 0);
+}
+
 // Q given in e4m3 (fp8 cache): rows padded to 640 bytes give the dense call's result bit
 // for bit; the argument checks name what is wrong.
 TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
   KBMLA_REQUIRE_SM90();
   const int heads = 16, q_len = 2;
   const std::vector<int32_t> seqlens = {300, 1500};
-  ref::Problem shape;
-  shape.batch = 2;
-  shape.q_len = q_len;
-  shape.heads = heads;
-  shape.scale = 1.0 / std::sqrt(576.0);
-  const auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, 5);
+  const auto data = random_problem(heads, q_len, seqlens, 5);
+  const ref::Problem& shape = data.problem;
   const size_t rows = size_t(shape.batch) * q_len * heads;
   std::vector<uint8_t> cache8(data.cache.size()), q8(rows * 576), q8_pad(rows * 640, 0x7f);
   for (size_t i = 0; i < cache8.size(); ++i) cache8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.cache[i]) * 256.f);
@@ -143,26 +165,16 @@ TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
   dev.out.poison();
   decode(plan, kv, a);
   ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  const std::vector<ref::Bf16> dense = dev.out.download();
-  const std::vector<float> dense_lse = dev.lse.download();
-  for (const ref::Bf16& v : dense) ASSERT_FALSE(std::isnan(ref::bf16_to_float(v)));
+  const Dense dense{dev.out.download(), dev.lse.download()};
+  for (const ref::Bf16& v : dense.out) ASSERT_FALSE(std::isnan(ref::bf16_to_float(v)));
 
   DecodeArgs padded = a;
   padded.q = dev_q8_pad.ptr;
   padded.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
-  dev.out.poison();
-  decode(plan, kv, padded);
-  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.data(), rows * 512 * 2), 0);
-  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense_lse.data(), rows * 4), 0);
+  expect_same_as_dense(plan, kv, padded, dev, dense, rows);
 
-  auto error_of = [&](const DecodeArgs& args, const DevicePlan& pl, const KvCache& cache) -> std::string {
-    try {
-      decode(pl, cache, args);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
+  auto error_of = [&](const DecodeArgs& args, const DevicePlan& pl, const KvCache& cache) {
+    return decode_error(pl, cache, args);
   };
   DecodeArgs bad = a;
   bad.q_scale = nullptr;
@@ -202,12 +214,8 @@ TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
   KBMLA_REQUIRE_SM90();
   const int heads = 16, q_len = 2;
   const std::vector<int32_t> seqlens = {300, 1500};
-  ref::Problem shape;
-  shape.batch = 2;
-  shape.q_len = q_len;
-  shape.heads = heads;
-  shape.scale = 1.0 / std::sqrt(576.0);
-  const auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, 6);
+  const auto data = random_problem(heads, q_len, seqlens, 6);
+  const ref::Problem& shape = data.problem;
   const size_t rows = size_t(shape.batch) * q_len * heads, tokens = data.cache.size() / 576;
   std::vector<uint8_t> cache8(tokens * ref::kFp8BlockTokenBytes);
   std::vector<float> v(576);
@@ -235,29 +243,17 @@ TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
   dev.out.poison();
   decode(plan, kv, a);
   ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  const std::vector<ref::Bf16> dense = dev.out.download();
-  const std::vector<float> dense_lse = dev.lse.download();
-  for (const ref::Bf16& x : dense) ASSERT_FALSE(std::isnan(ref::bf16_to_float(x)));
+  const Dense dense{dev.out.download(), dev.lse.download()};
+  for (const ref::Bf16& x : dense.out) ASSERT_FALSE(std::isnan(ref::bf16_to_float(x)));
 
   DecodeArgs split = a;
   split.q = dev_nope.ptr;
   split.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
   split.q_pe = dev_pe.ptr;
   split.q_pe_strides = {int64_t(q_len) * heads * 72, int64_t(heads) * 72, 72};
-  dev.out.poison();
-  decode(plan, kv, split);
-  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.data(), rows * 512 * 2), 0);
-  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense_lse.data(), rows * 4), 0);
+  expect_same_as_dense(plan, kv, split, dev, dense, rows);
 
-  auto error_of = [&](const DecodeArgs& args, const KvCache& cache) -> std::string {
-    try {
-      decode(plan, cache, args);
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
+  auto error_of = [&](const DecodeArgs& args, const KvCache& cache) { return decode_error(plan, cache, args); };
   DeviceArray<float> scale(std::vector<float>{1.f});
   DecodeArgs bad = a;
   bad.kv_scale = scale.ptr;

@@ -158,6 +158,33 @@ __device__ __forceinline__ void take_over_row_state(const float* row_max, const 
   }
 }
 
+// Row r's Q scale (per row from the quantiser, or the one scale of a caller's e4m3 Q);
+// rows past the request's rows read a neighbour's (they are never written out).
+__device__ __forceinline__ float row_q_scale(const DecodeParams& p, const Item& it, int r) {
+  const int64_t row = int64_t{it.batch} * p.rows + min(it.row_begin + r, p.rows - 1);
+  return p.q_scale[row * p.q_scale_stride];
+}
+
+// The owner's hand-over of a block, right after its row maxima: the factors and maxima at
+// `slot`, the OR over its four warps of "a factor below 1" as the block's rescale flag
+// (both consumers then rescale O), and the arrival the other consumer's next softmax waits
+// for. Returns the flag.
+template <int kWg>
+__device__ __forceinline__ bool publish_hand_over(float* row_scale, float* row_max, volatile uint32_t* rescale_flags,
+                                                  int slot, int tid, int r0, int r1, float alpha0, float alpha1,
+                                                  float m0, float m1) {
+  if (tid % 4 == 0) {
+    row_scale[slot * 64 + r0] = alpha0;
+    row_scale[slot * 64 + r1] = alpha1;
+    row_max[slot * 64 + r0] = m0;
+    row_max[slot * 64 + r1] = m1;
+  }
+  const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
+  if (tid == 0) rescale_flags[slot] = rescale;
+  named_arrive(kBarFp8StatsReady + kWg, kConsumerThreads);
+  return rescale;
+}
+
 template <KernelMode Mode, int QkBoxes, int kWg>
 __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
@@ -193,12 +220,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
     const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
-    // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale (rows
-    // past the request's rows read a neighbour's scale; they are never written out).
-    const int64_t row_base = int64_t{it.batch} * p.rows;
-    const int64_t q0 = row_base + min(it.row_begin + r0, p.rows - 1), q1 = row_base + min(it.row_begin + r1, p.rows - 1);
-    const float f0 = p.scale_log2 * kv_scale * p.q_scale[q0 * p.q_scale_stride];
-    const float f1 = p.scale_log2 * kv_scale * p.q_scale[q1 * p.q_scale_stride];
+    // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale.
+    const float f0 = p.scale_log2 * kv_scale * row_q_scale(p, it, r0);
+    const float f1 = p.scale_log2 * kv_scale * row_q_scale(p, it, r1);
     Mbarrier::wait(q_full, item_count & 1);
 
     float o[4][32];
@@ -258,17 +282,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       }
       const float alpha0 = lazy_rescale(mx0 * f0, m0);
       const float alpha1 = lazy_rescale(mx1 * f1, m1);
-      // The hand-over first: the other consumer's next softmax waits only for these.
-      if (lane % 4 == 0) {
-        row_scale[stage * 64 + r0] = alpha0;
-        row_scale[stage * 64 + r1] = alpha1;
-        row_max[stage * 64 + r0] = m0;
-        row_max[stage * 64 + r1] = m1;
-      }
-      // Any factor below 1 makes both consumers rescale O.
-      const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
-      if (tid == 0) rescale_flags[stage] = rescale;
-      named_arrive(kBarFp8StatsReady + kWg, kConsumerThreads);
+      // The hand-over first: the other consumer's next softmax waits only for it.
+      const bool rescale =
+          publish_hand_over<kWg>(row_scale, row_max, rescale_flags, stage, tid, r0, r1, alpha0, alpha1, m0, m1);
       const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
       // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
       // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions

@@ -262,9 +262,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
     const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
     // S is in units of the row's Q scale: log2-domain factor softmax scale x Q scale.
-    const int64_t row_base = int64_t{it.batch} * p.rows;
-    const float qs0 = p.q_scale[row_base + min(it.row_begin + r0, p.rows - 1)];
-    const float qs1 = p.q_scale[row_base + min(it.row_begin + r1, p.rows - 1)];
+    const float qs0 = fp8::row_q_scale(p, it, r0), qs1 = fp8::row_q_scale(p, it, r1);
     const float f0 = p.scale_log2 * qs0, f1 = p.scale_log2 * qs1;
     const float inv_qs0 = 1.f / qs0, inv_qs1 = 1.f / qs1;
     Mbarrier::wait(q_full, item_count & 1);
@@ -333,17 +331,9 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       }
       const float alpha0 = lazy_rescale(mx0 * f0, m0);
       const float alpha1 = lazy_rescale(mx1 * f1, m1);
-      // The hand-over first: the other consumer's next softmax waits only for these.
-      if (lane % 4 == 0) {
-        row_scale[slot * 64 + r0] = alpha0;
-        row_scale[slot * 64 + r1] = alpha1;
-        row_max[slot * 64 + r0] = m0;
-        row_max[slot * 64 + r1] = m1;
-      }
-      // Any factor below 1 makes both consumers rescale O.
-      const bool rescale = named_sync_or(fp8::kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
-      if (tid == 0) rescale_flags[slot] = rescale;
-      named_arrive(fp8::kBarFp8StatsReady + kWg, kConsumerThreads);
+      // The hand-over first: the other consumer's next softmax waits only for it.
+      const bool rescale =
+          fp8::publish_hand_over<kWg>(row_scale, row_max, rescale_flags, slot, tid, r0, r1, alpha0, alpha1, m0, m1);
       const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
       float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
