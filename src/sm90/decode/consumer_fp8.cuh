@@ -17,7 +17,10 @@
 //
 // O^T accumulators o[b] (b = 0..3: dims 256 wg + 64 b ..): lane l of warp w holds output
 // rows n = 8i + 2(l%4) + e (i < 8, e < 2) at dims 256 wg + 64 b + 16 w + 2(l/4) + {0, 1},
-// as o[b][4i + e] (even dim) and o[b][4i + 2 + e] (odd dim). The softmax state (max m,
+// as o[b][4i + e] (even dim) and o[b][4i + 2 + e] (odd dim). With at most 16 query rows
+// (heads x q_len <= 16, one CTA per tile) P V runs with N = 16 (m64n16k32: kAcc = 8
+// accumulators per M block instead of 32, i < 2): the tile's other 48 rows are padding,
+// and N = 64 spent 4x the tensor work and P reads on them. The softmax state (max m,
 // partial sum l) is per row r0 = 16w + l/4 and r1 = r0 + 8 of the S fragment; each
 // consumer sums only the P of its own blocks, the epilogue adds the two.
 #pragma once
@@ -71,9 +74,10 @@ __device__ __forceinline__ void load_vt_fragments(uint32_t stage_addr, uint32_t 
 }
 
 // O^T columns (output rows 8i + col_pair + e) times the block's row factors.
-__device__ __forceinline__ void rescale_ot(float (&o)[4][32], const float* row_scale, int col_pair) {
+template <int kAcc>
+__device__ __forceinline__ void rescale_ot(float (&o)[4][kAcc], const float* row_scale, int col_pair) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kAcc / 4; ++i) {
     const float2 f = *reinterpret_cast<const float2*>(row_scale + 8 * i + col_pair);
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
@@ -120,7 +124,8 @@ __device__ __forceinline__ void fence_fragments(uint32_t (&a)[4][2][4]) {
 
 // O^T (4 x 64 dims x 64 rows) += V^T (dims x 64 tokens) P^T: 8 wgmma of one commit
 // group over the V^T fragments and the owner's P tile; the caller waits.
-__device__ __forceinline__ void issue_pv(float (&o)[4][32], uint32_t (&a)[4][2][4], uint64_t p_desc) {
+template <int kAcc>
+__device__ __forceinline__ void issue_pv(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint64_t p_desc) {
   wgmma_fence();
   fence_accumulators(o);
 #pragma unroll
@@ -133,8 +138,8 @@ __device__ __forceinline__ void issue_pv(float (&o)[4][32], uint32_t (&a)[4][2][
 
 // The P V of one block for this consumer's 256 dims: O^T rescaled by the block's row
 // factors when any differs from 1 (`rescale`, the owner's OR), then issue_pv and its wait.
-template <int kWg>
-__device__ __forceinline__ void add_pv(float (&o)[4][32], uint32_t stage_addr, uint32_t zero_addr,
+template <int kWg, int kAcc>
+__device__ __forceinline__ void add_pv(float (&o)[4][kAcc], uint32_t stage_addr, uint32_t zero_addr,
                                        const float* scale, bool rescale, int valid_tokens, int warp, int lane) {
   if (rescale) rescale_ot(o, scale, 2 * (lane % 4));
   uint32_t a[4][2][4];
@@ -185,7 +190,7 @@ __device__ __forceinline__ bool publish_hand_over(float* row_scale, float* row_m
   return rescale;
 }
 
-template <KernelMode Mode, int QkBoxes, int kWg>
+template <KernelMode Mode, int QkBoxes, int kWg, int kAcc>
 __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
   const int tid = threadIdx.x - 128 * (kWg + 1);
@@ -225,11 +230,11 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     const float f1 = p.scale_log2 * kv_scale * row_q_scale(p, it, r1);
     Mbarrier::wait(q_full, item_count & 1);
 
-    float o[4][32];
+    float o[4][kAcc];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
     float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     bool bad = false;

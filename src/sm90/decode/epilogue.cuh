@@ -44,16 +44,17 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
 // rows n = 8i + 2(l%4) + e, each with two adjacent dims per 64-dim block b; the row
 // statistics come from shared memory, (max, partial sum) of each consumer (stats[n] and
 // stats[64 + n]; the maxima agree, the sums add). kv_scale folds the cache's
-// dequantisation into 1 / l.
+// dequantisation into 1 / l. kAcc: 32 (64 output rows per tile) or 8 (the first 16).
+template <int kAcc>
 __device__ __forceinline__ void write_item_output_transposed(const DecodeParams& p, const Item& it, int wg, int warp,
                                                              int lane, const float2* stats, float kv_scale, bool bad,
-                                                             const float (&o)[4][32]) {
+                                                             const float (&o)[4][kAcc]) {
   const float neg_inf = -__int_as_float(0x7f800000);
   const int dim0 = wg * 256 + 16 * warp + 2 * (lane / 4);
   const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
   const OutputView& v = p.output;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kAcc / 4; ++i) {
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int n = 8 * i + 2 * (lane % 4) + e;

@@ -17,7 +17,9 @@ namespace fp8 {
 #endif
 constexpr KernelMode kMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 
-template <int QkBoxes>
+// kAcc: O^T accumulators per M block and thread, 8 (at most 16 query rows: P V with N = 16)
+// or 32 (N = 64); consumer_fp8.cuh.
+template <int QkBoxes, int kAcc>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                           const __grid_constant__ DecodeParams p) {
@@ -51,19 +53,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();
     grid_dependency_wait();  // the Q scales
-    run_consumer_fp8<kMode, QkBoxes, 0>(p, smem);
+    run_consumer_fp8<kMode, QkBoxes, 0, kAcc>(p, smem);
   } else {
     set_max_registers_inc<kConsumerRegs>();
     grid_dependency_wait();
-    run_consumer_fp8<kMode, QkBoxes, 1>(p, smem);
+    run_consumer_fp8<kMode, QkBoxes, 1, kAcc>(p, smem);
   }
   if (p.cluster_size > 1) cluster_barrier();
 }
 
-template <int QkBoxes>
+template <int QkBoxes, int kAcc>
 void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
             bool after_quantiser) {
-  constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes>;
+  constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes, kAcc>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   // After the Q quantiser, a programmatic dependent of it: the KV stream starts while Q
@@ -76,9 +78,16 @@ void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& 
 
 void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser) {
-  if (p.d_qk == kDqkNoRope) return fp8::launch<kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream, after_quantiser);
-  require(p.d_qk == kDqk, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
-  fp8::launch<kQkBoxes>(q_maps, kv_map, p, grid, stream, after_quantiser);
+  require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
+          kDqk, ", ", kDqkNoRope);
+  // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
+  const bool narrow = p.rows <= 16 && p.cluster_size == 1;
+  if (p.d_qk == kDqkNoRope) {
+    return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_map, p, grid, stream, after_quantiser)
+                  : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
+  }
+  narrow ? fp8::launch<kQkBoxes, 8>(q_maps, kv_map, p, grid, stream, after_quantiser)
+         : fp8::launch<kQkBoxes, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90

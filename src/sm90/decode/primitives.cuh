@@ -220,6 +220,16 @@ __device__ __forceinline__ void wgmma_pv_fp8_rs_call(const uint32_t (&a)[4], uin
 __device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[32]) {
   wgmma_pv_fp8_rs_call(a, db, d, std::make_index_sequence<32>{});
 }
+// The same for 16 query rows (N = 16: the first 16 rows of the P tile, 8 fp32 per thread).
+template <size_t... I>
+__device__ __forceinline__ void wgmma_pv_fp8_rs_n16_call(const uint32_t (&a)[4], uint64_t db, float (&d)[8],
+                                                         std::index_sequence<I...>) {
+  cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_RS_TN<>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
+                                                          cute::SM90::GMMA::ScaleOut::One);
+}
+__device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[8]) {
+  wgmma_pv_fp8_rs_n16_call(a, db, d, std::make_index_sequence<8>{});
+}
 
 // Four 8 x 8 matrices of 16-bit elements, transposed: lanes 8j..8j+7 give the row
 // addresses of matrix j; lane l receives, of each matrix, elements (2(l%4), l/4) and
