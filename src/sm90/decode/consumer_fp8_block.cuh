@@ -98,12 +98,12 @@ __device__ __forceinline__ float2 own_groups(float4 v) {
 // O^T blocks b = 0, 1 hold dims of group 2 kWg, b = 2, 3 of group 2 kWg + 1: the block's
 // M_g(old) / M_g(new) before its P V adds in (uniform over the warpgroup; rare: M_g only
 // grows).
-template <int kWg>
-__device__ __forceinline__ void rescale_groups(float (&o)[4][32], const float4* factors, int stage) {
+template <int kWg, int kAcc>
+__device__ __forceinline__ void rescale_groups(float (&o)[4][kAcc], const float4* factors, int stage) {
   const float2 r = own_groups<kWg>(factors[3 * stage + 2]);
   if (r.x != 1.f || r.y != 1.f) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kAcc; ++i) {
       o[0][i] *= r.x;
       o[1][i] *= r.x;
       o[2][i] *= r.y;
@@ -210,7 +210,8 @@ __device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __hal
 
 // O^T += V^T P_g^T over the block: M blocks b = 0, 1 take the P tile of group 2 kWg
 // (p_addr), b = 2, 3 that of 2 kWg + 1 (the next 4 KiB). One commit group; the caller waits.
-__device__ __forceinline__ void issue_pv_grouped(float (&o)[4][32], uint32_t (&a)[4][2][4], uint32_t p_addr) {
+template <int kAcc>
+__device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t p_addr) {
   const uint64_t p_desc = desc_k_major_sw64(p_addr);
   wgmma_fence();
   fp8::fence_accumulators(o);
@@ -224,7 +225,9 @@ __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][32], uint32_t (&a
   wgmma_commit();
 }
 
-template <int kWg>
+// kAcc: O^T accumulators per M block, 8 (at most 16 query rows: P V with N = 16) or 32;
+// consumer_fp8.cuh.
+template <int kWg, int kAcc>
 __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
   constexpr int kHandoverSlots = SmemLayout::kHandoverSlots;
@@ -267,11 +270,11 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
     const float inv_qs0 = 1.f / qs0, inv_qs1 = 1.f / qs1;
     Mbarrier::wait(q_full, item_count & 1);
 
-    float o[4][32];
+    float o[4][kAcc];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
     float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     float2 group_max = make_float2(1.f, 1.f);  // M_g of this consumer's groups after the item's last block
@@ -300,7 +303,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
         take_over_row_state(row_max + slot * 64, row_scale + slot * 64, rescale, r0, r1, m0, m1, l0, l1);
         named_sync(fp8::p_ready_barrier(kOther, block_count), kConsumerThreads);
         if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
-        rescale_groups<kWg>(o, factors, stage);
+        rescale_groups<kWg, kAcc>(o, factors, stage);
         group_max = own_groups<kWg>(factors[3 * stage]);
         uint32_t a[4][2][4];
         load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
@@ -358,7 +361,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
         named_sync(fp8::p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
         const uint32_t deferred_addr = kv_addr + deferred_stage * kStageBytes;
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
-        rescale_groups<kWg>(o, factors, deferred_stage);
+        rescale_groups<kWg, kAcc>(o, factors, deferred_stage);
         uint32_t a_deferred[4][2][4];
         load_vt_fragments<kWg>(deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
         fence_fragments(a_deferred);
@@ -374,7 +377,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
         fence_fragments(a_own);
       }
       if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
-      rescale_groups<kWg>(o, factors, stage);
+      rescale_groups<kWg, kAcc>(o, factors, stage);
       if (last) group_max = own_groups<kWg>(factors[3 * stage]);
       issue_pv_grouped(o, a_own, own_p_addr);
       wgmma_wait<0>();
@@ -386,7 +389,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
 
     // O of group g is in units of M_g.
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
+    for (int i = 0; i < kAcc; ++i) {
       o[0][i] *= group_max.x;
       o[1][i] *= group_max.x;
       o[2][i] *= group_max.y;

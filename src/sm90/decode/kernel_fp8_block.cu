@@ -10,6 +10,7 @@ namespace kbmla::sm90 {
 
 namespace fp8_block {
 
+template <int kAcc>  // 8: at most 16 query rows (P V with N = 16); 32: N = 64
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_block_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
@@ -47,21 +48,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs>();
     grid_dependency_wait();  // the Q scales
-    run_consumer_fp8_block<0>(p, smem);
+    run_consumer_fp8_block<0, kAcc>(p, smem);
   } else {
     set_max_registers_inc<kConsumerRegs>();
     grid_dependency_wait();
-    run_consumer_fp8_block<1>(p, smem);
+    run_consumer_fp8_block<1, kAcc>(p, smem);
   }
   if (p.cluster_size > 1) cluster_barrier();
 }
 
 }  // namespace fp8_block
 
-void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
-                             cudaStream_t stream) {
-  require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
-  constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel;
+namespace {
+template <int kAcc>
+void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                  cudaStream_t stream) {
+  constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel<kAcc>;
   constexpr uint32_t smem_bytes = fp8_block::SmemLayout::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
@@ -76,6 +78,14 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
   require(launch_err == cudaSuccess, "decode (fp8 per-block): kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "decode (fp8 per-block): kernel launch failed: ", cudaGetErrorString(err));
+}
+}  // namespace
+
+void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                             cudaStream_t stream) {
+  require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
+  if (p.rows <= 16 && p.cluster_size == 1) return launch_block<8>(q_maps, kv_maps, p, grid, stream);
+  launch_block<32>(q_maps, kv_maps, p, grid, stream);
 }
 
 }  // namespace kbmla::sm90
