@@ -40,7 +40,9 @@ std::vector<BenchCase> load_cases(const std::string& path) {
       bc.page_size = c.value("page_size", 64);
       const std::string dtype = c.value("kv_dtype", std::string("bf16"));
       bc.kv_dtype = kv_dtype_from_name(dtype, detail::concat("cases file '", path, "': case '", bc.name, "'"));
-      if (c.contains("reference_kernel_pct_of_copy")) bc.reference_pct_of_copy = c["reference_kernel_pct_of_copy"].get<double>();
+      if (c.contains("reference_kernel_pct_of_copy")) {
+        bc.reference_pct_of_copy = c["reference_kernel_pct_of_copy"].get<double>();
+      }
       if (c.contains("reference_kernel_tflops")) bc.reference_tflops = c["reference_kernel_tflops"].get<double>();
     } catch (const nlohmann::json::exception& e) {
       throw Error(detail::concat("cases file '", path, "': case #", cases.size(), ": ", e.what()));

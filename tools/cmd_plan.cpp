@@ -143,8 +143,8 @@ int run_plan(const PlanOptions& o) {
   std::vector<PlanReport> reports;
   if (!o.seqlens_csv.empty()) {
     std::vector<int32_t> seqlens = parse_seqlens_csv(o.seqlens_csv);
-    reports.push_back(
-        make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, o.kv_dtype.empty() ? KvDtype::kBFloat16 : kv_dtype_from_name(o.kv_dtype, "--kv-dtype"), o), seqlens));
+    const KvDtype kv_dtype = o.kv_dtype.empty() ? KvDtype::kBFloat16 : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
+    reports.push_back(make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, kv_dtype, o), seqlens));
   } else {
     std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
     for (const auto& c : cases) {

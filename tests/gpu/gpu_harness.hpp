@@ -208,7 +208,8 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
   DeviceArray<uint8_t> dev_cache8(cache8);
   DeviceArray<float> dev_kv_scale(std::vector<float>{kv_scale});
-  KvCache kv(c.fp8 || c.fp8_block ? static_cast<const void*>(dev_cache8.ptr) : dev.cache.ptr, p.num_pages, c.page_size, c.d_qk,
+  KvCache kv(c.fp8 || c.fp8_block ? static_cast<const void*>(dev_cache8.ptr) : dev.cache.ptr, p.num_pages,
+             c.page_size, c.d_qk,
              config.kv_dtype);
   DecodeArgs args = dev.args(p.max_pages);
   if (c.fp8) args.kv_scale = dev_kv_scale.ptr;

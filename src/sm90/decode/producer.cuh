@@ -120,8 +120,10 @@ struct PagedKvLoader {
     return kRowBytes * uint32_t(pages_of(block, seqlen) << p.page_log2);
   }
 
-  // Box j of a row group of `rows` rows at row `row0` of the stage.
-  __device__ __forceinline__ void issue_box(int j, int32_t page, uint64_t* bar, uint8_t* stage, int row0, bool multicast) const {
+  // Box j (kBoxes above) of the row group (a 64-token part or one small page) whose first
+  // row lands at row `row0` of the stage.
+  __device__ __forceinline__ void issue_box(int j, int32_t page, uint64_t* bar, uint8_t* stage, int row0,
+                                            bool multicast) const {
     const CUtensorMap* map = data_map(maps);
     uint8_t* dst = stage + j * kBoxBytes + row0 * kBoxRowBytes;
     int col = j * kBoxCols;
@@ -218,7 +220,9 @@ struct PagedKvLoader {
         cp_async_16(dst, src);
         if constexpr (kScaleRowBytes > 0) {
           if (lane < 8) cp_async_16(dst + 8 * kBoxBytes, src + fp8_block::kRopeOffset);
-          if (lane == 8) cp_async_16(stage + QkBoxes * kBoxBytes + t * kScaleRowBytes, src + fp8_block::kScalesOffset - 16 * 8);
+          if (lane == 8) {
+            cp_async_16(stage + QkBoxes * kBoxBytes + t * kScaleRowBytes, src + fp8_block::kScalesOffset - 16 * 8);
+          }
         } else {
           if (QkBoxes > 8 && lane < 4) cp_async_16(dst + 8 * kBoxBytes, src + 512);
         }
