@@ -286,7 +286,8 @@ NB_MODULE(_kbmla, m) {
             const bool fp8 = cache.dtype() == kU8.code;
             check_tensor(cache, "cache", fp8 ? kU8 : kBf16, {-1, -1, -1});
             // 656 bytes per token: the per-block-scale format (512 e4m3, 4 fp32 scales, 64 bf16).
-            const bool per_block = fp8 && cache.shape(2) == 656;
+            constexpr size_t kBlockTokenBytes = size_t(kv_token_bytes(KvDtype::kFp8E4m3PerBlock, 576));
+            const bool per_block = fp8 && cache.shape(2) == kBlockTokenBytes;
             new (k) KvCache(cache.data(), int64_t(cache.shape(0)), int(cache.shape(1)),
                             per_block ? 576 : int(cache.shape(2)),
                             per_block ? KvDtype::kFp8E4m3PerBlock : fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16);

@@ -12,6 +12,9 @@
 
 namespace kbmla {
 
+static_assert(kv_token_bytes(KvDtype::kFp8E4m3PerBlock, 576) == int(sm90::fp8_block::kTokenBytes),
+              "the public token size and the kernel's stage rows agree");
+
 KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, KvDtype dtype)
     : data_(data), num_pages_(num_pages), page_size_(page_size), d_qk_(d_qk), dtype_(dtype) {
   require(data != nullptr, "KvCache: data is null");

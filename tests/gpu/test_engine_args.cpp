@@ -25,6 +25,28 @@ ref::RandomProblem<ref::Bf16> random_problem(int heads, int q_len, const std::ve
   return ref::make_random_problem<ref::Bf16>(shape, seqlens, seed);
 }
 
+// decode()'s error message for these arguments ("no error" when it runs).
+std::string decode_error(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args) {
+  try {
+    decode(plan, cache, args);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// The decode with `args` (another layout of the same inputs, writing dev's out and lse)
+// gives `dense`, bit for bit.
+void expect_same_as_dense(const DevicePlan& plan, const KvCache& kv, const DecodeArgs& args, DeviceProblem& dev,
+                          const Dense& dense, size_t rows) {
+  dev.out.poison();
+  dev.lse.poison();
+  decode(plan, kv, args);
+  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
+  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.out.data(), rows * 512 * 2), 0);
+  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense.lse.data(), rows * 4), 0);
+}
+
 void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas) {
   SCOPED_TRACE(::testing::Message() << "heads " << heads << " q_len " << q_len << " ctas " << ctas);
   const auto data = random_problem(heads, q_len, seqlens, 11);
@@ -88,8 +110,6 @@ void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, in
   for (int variant = 0; variant < 2; ++variant) {
     SCOPED_TRACE(variant == 0 ? "q_nope / q_pe as views of q" : "q_nope / q_pe as their own tensors");
     DecodeArgs s = dev.args(data.problem.max_pages);
-    dev.out.poison();
-    dev.lse.poison();
     if (variant == 0) {
       s.q_strides = {int64_t(q_len) * heads * 576, int64_t(heads) * 576, 576};
       s.q_pe = dev.q.ptr + 512;
@@ -98,10 +118,7 @@ void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, in
       s.q = q_nope.ptr;
       s.q_pe = q_pe.ptr;
     }
-    decode(plan, kv, s);
-    ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-    EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.out.data(), rows * 512 * 2), 0);
-    EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense.lse.data(), rows * 4), 0);
+    expect_same_as_dense(plan, kv, s, dev, dense, rows);
   }
 }
 
@@ -112,26 +129,6 @@ TEST(GpuEngineArgs, StridedQOutLseAndSplitQMatchTheDenseCall) {
   check_layouts(16, 4, {5000, 0, 3, 900}, 16);
   check_layouts(128, 2, {3000, 1, 700}, 12);  // 2-CTA clusters
   check_layouts(24, 9, {2000, 130}, 0);       // tiles across token boundaries
-}
-
-// decode()'s error message for these arguments ("no error" when it runs).
-std::string decode_error(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args) {
-  try {
-    decode(plan, cache, args);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
-// The decode with `args` (another layout of the same inputs) gives `dense`, bit for bit.
-void expect_same_as_dense(const DevicePlan& plan, const KvCache& kv, const DecodeArgs& args, DeviceProblem& dev,
-                          const Dense& dense, size_t rows) {
-  dev.out.poison();
-  decode(plan, kv, args);
-  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.out.data(), rows * 512 * 2), 0);
-  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense.lse.data(), rows * 4), 0);
 }
 
 // Q given in e4m3 (fp8 cache): rows padded to 640 bytes give the dense call's result bit

@@ -34,7 +34,6 @@
 namespace kbmla::sm90::fp8_block {
 
 constexpr int kGroups = 4;                // scale groups per token
-constexpr int kGroupDims = 128;
 constexpr int kQkBoxes = 10;              // 8 latent boxes + 2 rope boxes of 64 bytes
 constexpr uint32_t kScalesOffset = 512;   // byte offsets in the 656-byte token
 constexpr uint32_t kRopeOffset = 528;

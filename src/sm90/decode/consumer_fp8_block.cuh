@@ -11,7 +11,6 @@
 
 namespace kbmla::sm90::fp8_block {
 
-using fp8::e4m3x4;
 using fp8::fence_fragments;
 using fp8::load_vt_fragments;
 using fp8::rescale_ot;

@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include <cute/arch/cluster_sm90.hpp>
@@ -211,24 +212,19 @@ __device__ __forceinline__ void wgmma_qk_fp8(uint64_t da, uint64_t db, float (&d
 // fp8: O^T (64 dims x 64 rows) += V^T (64 x 32 tokens, registers) x P^T (P K-major in
 // shared memory). A fragment (8-bit): a[0] row x = l/4 of the warp's 16, k 4(l%4)..+3;
 // a[1] row x + 8; a[2], a[3] the same rows at k + 16.
-template <size_t... I>
-__device__ __forceinline__ void wgmma_pv_fp8_rs_call(const uint32_t (&a)[4], uint64_t db, float (&d)[32],
-                                                     std::index_sequence<I...>) {
-  cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
-                                                          cute::SM90::GMMA::ScaleOut::One);
+// N = 64 (32 fp32 per thread), or N = 16 for tiles of at most 16 query rows (the first 16
+// rows of the P tile, 8 fp32 per thread).
+template <class Atom, int N, size_t... I>
+__device__ __forceinline__ void wgmma_rs_call(const uint32_t (&a)[4], uint64_t db, float (&d)[N],
+                                              std::index_sequence<I...>) {
+  Atom::fma(a[0], a[1], a[2], a[3], db, d[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
-__device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[32]) {
-  wgmma_pv_fp8_rs_call(a, db, d, std::make_index_sequence<32>{});
-}
-// The same for 16 query rows (N = 16: the first 16 rows of the P tile, 8 fp32 per thread).
-template <size_t... I>
-__device__ __forceinline__ void wgmma_pv_fp8_rs_n16_call(const uint32_t (&a)[4], uint64_t db, float (&d)[8],
-                                                         std::index_sequence<I...>) {
-  cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_RS_TN<>::fma(a[0], a[1], a[2], a[3], db, d[I]...,
-                                                          cute::SM90::GMMA::ScaleOut::One);
-}
-__device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[8]) {
-  wgmma_pv_fp8_rs_n16_call(a, db, d, std::make_index_sequence<8>{});
+template <int N>
+__device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[N]) {
+  static_assert(N == 32 || N == 8, "P V accumulators: 32 (N = 64) or 8 (N = 16) per thread");
+  using Atom = std::conditional_t<N == 32, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>,
+                                  cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_RS_TN<>>;
+  wgmma_rs_call<Atom>(a, db, d, std::make_index_sequence<N>{});
 }
 
 // Four 8 x 8 matrices of 16-bit elements, transposed: lanes 8j..8j+7 give the row
