@@ -115,6 +115,22 @@ std::vector<GpuCase> sweep_cases() {
     c.page_size = page_size;
     fp8(c);
   }
+  // Tiles of at most 16 rows (S^T = K Q^T, rows as N): causal rows with different visible
+  // keys, padding rows (15 and 12 of 16), splits, a static policy, d_qk 512, one-token pages.
+  fp8({4, 4, {5000, 3, 900, 64}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8({3, 5, {130, 7, 4097}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8({16, 1, {9000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
+  fp8({6, 2, {700, 70, 64 * 20}, Policy::kStatic, 0, 3, true, seed++});
+  {
+    GpuCase c{4, 3, {1, 65, 4096}, Policy::kWorkList, 0, 0, true, seed++};
+    c.d_qk = 512;
+    fp8(c);
+  }
+  {
+    GpuCase c{2, 8, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
+    c.page_size = 1;
+    fp8(c);
+  }
   // fp8 cache with per-block scales (issue 5 item 2): policies, clusters, q_len up to 16,
   // Kimi K3 heads, page sizes 1..256 (one-token pages gathered).
   auto fp8_block = [&](GpuCase c) {
@@ -132,6 +148,22 @@ std::vector<GpuCase> sweep_cases() {
   for (int page_size : {1, 2, 16, 32, 128, 256}) {
     GpuCase c{16, 4, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
     c.page_size = page_size;
+    fp8_block(c);
+  }
+  // Tiles of at most 16 rows (S^T with the group fold): causal rows, padding rows, splits,
+  // a static policy, one-token pages, scales of any value.
+  fp8_block({4, 4, {5000, 3, 900, 64}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8_block({3, 5, {130, 7, 4097}, Policy::kWorkList, 0, 0, true, seed++});
+  fp8_block({16, 1, {9000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
+  fp8_block({6, 2, {700, 70, 64 * 20}, Policy::kStatic, 0, 3, true, seed++});
+  {
+    GpuCase c{2, 8, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
+    c.page_size = 1;
+    fp8_block(c);
+  }
+  {
+    GpuCase c{12, 1, {3000, 64, 5}, Policy::kWorkList, 0, 0, true, seed++};
+    c.fp8_block_any_scales = true;
     fp8_block(c);
   }
   // Small CTA budgets and a non-causal multi-token case.

@@ -46,10 +46,18 @@ constexpr uint32_t kRopeBox = 8;          // first rope box of Q and of a stage
 constexpr int kStages = 4;
 static_assert(kQkBoxes * fp8::kBoxRowBytes + kScaleRowBytes == kTokenBytes, "a stage row is one token");
 
-// Registers: a consumer holds O^T (128), S and one group's product (64) while it folds S.
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
-static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads, "register budget");
+// Registers: with more than 16 rows a consumer holds O^T (128), S and one group's product
+// (64) while it folds S, and the producer warpgroup (loader, Q loader, scale helper) gets
+// 40, which spills ~280 bytes there (every spill reduction measured slower, v18). With at
+// most 16 rows (kAcc 8: O^T 32, S^T and the four group products 40) the consumers need
+// less, and the producer gets 56.
+template <int kAcc>
+constexpr int kProducerRegs = kAcc == 8 ? 56 : 40;
+template <int kAcc>
+constexpr int kConsumerRegs = kAcc == 8 ? 224 : 232;
+static_assert(kProducerRegs<32> * 128 + kConsumerRegs<32> * kConsumerThreads <= kLaunchRegs * kThreads &&
+                  kProducerRegs<8> * 128 + kConsumerRegs<8> * kConsumerThreads <= kLaunchRegs * kThreads,
+              "register budget");
 
 struct SmemLayout {
   static constexpr uint32_t q = 0;

@@ -1,7 +1,8 @@
 // Consumer roles of the fp8 kernel. The two consumer warpgroups take the KV blocks in
-// turn (by the parity of the CTA's block counter): the owner of a block computes S = Q K^T
-// (e4m3, M = the 64 rows) and the online softmax, and hands P (e4m3, written over the
-// stage's rope box), the per-row rescale factors and the running row maxima (per stage)
+// turn (by the parity of the CTA's block counter): the owner of a block computes S (e4m3;
+// S = Q K^T for tiles of more than 16 rows, S^T = K Q^T for at most 16: rows_fp8.cuh) and
+// the online softmax, and hands P (e4m3, written over the stage's rope box), the per-row
+// rescale factors and the running row maxima (per stage)
 // to the other;
 // both add O^T += V^T P^T for their 256 dims, V^T taken from the stage into registers by
 // ldmatrix.trans (config_fp8.hpp says why and how tokens and dims are ordered).
@@ -21,29 +22,14 @@
 // (heads x q_len <= 16, one CTA per tile) P V runs with N = 16 (m64n16k32: kAcc = 8
 // accumulators per M block instead of 32, i < 2): the tile's other 48 rows are padding,
 // and N = 64 spent 4x the tensor work and P reads on them. The softmax state (max m,
-// partial sum l) is per row r0 = 16w + l/4 and r1 = r0 + 8 of the S fragment; each
-// consumer sums only the P of its own blocks, the epilogue adds the two.
+// partial sum l) lives in the Rows policy (rows_fp8.cuh); each consumer sums only the P
+// of its own blocks, the epilogue adds the two.
 #pragma once
 
-#include <cuda_fp8.h>
-
-#include "src/sm90/decode/config_fp8.hpp"
-#include "src/sm90/decode/consumer.cuh"
 #include "src/sm90/decode/epilogue.cuh"
+#include "src/sm90/decode/rows_fp8.cuh"
 
 namespace kbmla::sm90::fp8 {
-
-// Byte offset of (row, col) in a tile of 64-byte rows with the 64-byte swizzle: the
-// 16-byte chunk index (col / 16) XOR (row / 2) % 4, as TMA writes and wgmma reads it.
-__device__ __forceinline__ uint32_t swizzled64(int row, int col) {
-  return row * 64 + ((((col >> 4) ^ (row >> 1)) & 3) << 4) + (col & 15);
-}
-
-__device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
-  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
-  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(c, d), __NV_SATFINITE, __NV_E4M3);
-  return lo | (hi << 16);
-}
 
 // The V^T fragments of one consumer warp for a block: a[b][kb] is the A operand of
 // M block b (16 dims of this warp: chunk 16 wg + 4 b + warp of the 32 16-dim chunks) and
@@ -95,20 +81,6 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[4][N]) {
   for (int b = 0; b < 4; ++b) sm90::fence_accumulators(d[b]);
 }
 
-// S (64 x 64) = Q K^T of the stage at stage_addr: 18 (d_qk 576) or 16 (512) k-steps of
-// 32, two per 64-byte box; one commit group.
-template <int QkBoxes>
-__device__ __forceinline__ void issue_s(uint64_t q_desc, uint32_t stage_addr, float (&s)[32]) {
-  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
-  wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < QkBoxes * 2; ++k) {
-    const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
-    wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
-  }
-  wgmma_commit();
-}
-
 // Pins the fragments' permutes before wgmma.fence: defined between two register-A wgmma
 // they make ptxas insert a fence before each (C7519).
 __device__ __forceinline__ void fence_fragments(uint32_t (&a)[4][2][4]) {
@@ -150,52 +122,13 @@ __device__ __forceinline__ void add_pv(float (&o)[4][kAcc], uint32_t stage_addr,
   fence_accumulators(o);
 }
 
-// The hand-over of a block from its owner: the maxima after the block (this consumer's
-// next softmax starts from them) and, when the owner rescaled, this consumer's partial
-// sums times the block's factors.
-__device__ __forceinline__ void take_over_row_state(const float* row_max, const float* scale, bool rescale, int r0,
-                                                    int r1, float& m0, float& m1, float& l0, float& l1) {
-  m0 = row_max[r0];
-  m1 = row_max[r1];
-  if (rescale) {
-    l0 *= scale[r0];
-    l1 *= scale[r1];
-  }
-}
-
-// Row r's Q scale (per row from the quantiser, or the one scale of a caller's e4m3 Q);
-// rows past the request's rows read a neighbour's (they are never written out).
-__device__ __forceinline__ float row_q_scale(const DecodeParams& p, const Item& it, int r) {
-  const int64_t row = int64_t{it.batch} * p.rows + min(it.row_begin + r, p.rows - 1);
-  return p.q_scale[row * p.q_scale_stride];
-}
-
-// The owner's hand-over of a block, right after its row maxima: the factors and maxima at
-// `slot`, the OR over its four warps of "a factor below 1" as the block's rescale flag
-// (both consumers then rescale O), and the arrival the other consumer's next softmax waits
-// for. Returns the flag.
-template <int kWg>
-__device__ __forceinline__ bool publish_hand_over(float* row_scale, float* row_max, volatile uint32_t* rescale_flags,
-                                                  int slot, int tid, int r0, int r1, float alpha0, float alpha1,
-                                                  float m0, float m1) {
-  if (tid % 4 == 0) {
-    row_scale[slot * 64 + r0] = alpha0;
-    row_scale[slot * 64 + r1] = alpha1;
-    row_max[slot * 64 + r0] = m0;
-    row_max[slot * 64 + r1] = m1;
-  }
-  const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
-  if (tid == 0) rescale_flags[slot] = rescale;
-  named_arrive(kBarFp8StatsReady + kWg, kConsumerThreads);
-  return rescale;
-}
-
 template <KernelMode Mode, int QkBoxes, int kWg, int kAcc>
 __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
+  // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
+  using Rows = std::conditional_t<kAcc == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
   const int tid = threadIdx.x - 128 * (kWg + 1);
   const int warp = tid / 32, lane = tid % 32;
-  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* q_full = bars + 0;
@@ -204,15 +137,17 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
   uint64_t* empty = bars + 2 + kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
   // The owner's hand-over of the block in each stage (config_fp8.hpp).
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);  // [stage][64]
-  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);      // [stage][64]
-  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);  // [stage]
+  const HandOver hand_over{reinterpret_cast<float*>(smem + SmemLayout::row_scale),
+                           reinterpret_cast<float*>(smem + SmemLayout::row_max),
+                           reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags)};
+  const float* row_scale = hand_over.row_scale;
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][consumer][64]
+  float* row_exchange = fp8::narrow_row_exchange(row_stats, kWg);
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
-  const float neg_inf = -__int_as_float(0x7f800000);
   const float kv_scale = *p.kv_scale;
+  Rows rows(warp, lane);
 
   int item_count = 0;
   int block_count = 0;
@@ -222,12 +157,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
     // (Context-parallel positions are checked by the Q loader thread.)
-    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
-    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
-    const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
-    // log2-domain factor of S per row: softmax scale x kv scale x the row's Q scale.
-    const float f0 = p.scale_log2 * kv_scale * row_q_scale(p, it, r0);
-    const float f1 = p.scale_log2 * kv_scale * row_q_scale(p, it, r1);
+    rows.begin_item(p, it, kv_scale);
     Mbarrier::wait(q_full, item_count & 1);
 
     float o[4][kAcc];
@@ -236,7 +166,6 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
-    float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     bool bad = false;
     // The other's block just before this one (same item) waits for its P V until after
     // this consumer's next softmax.
@@ -259,8 +188,8 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
           continue;
         }
         named_sync(kBarFp8StatsReady + kOther, kConsumerThreads);
-        const bool rescale = rescale_flags[stage] != 0;
-        take_over_row_state(row_max + stage * 64, row_scale + stage * 64, rescale, r0, r1, m0, m1, l0, l1);
+        const bool rescale = hand_over.rescale_flags[stage] != 0;
+        rows.take_over(hand_over, stage, rescale);
         named_sync(p_ready_barrier(kOther, block_count), kConsumerThreads);
         add_pv<kWg>(o, stage_addr, zero_addr, row_scale + stage * 64, rescale, valid_tokens, warp, lane);
         release_stage(empty + stage, lane, p.cluster_size);
@@ -268,59 +197,19 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       }
 
       // Own block: S, the online softmax, P.
-      float s[32];
-      issue_s<QkBoxes>(q_desc, stage_addr, s);
-      wgmma_wait<0>();
-      sm90::fence_accumulators(s);
-      mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
-      // f0, f1 >= 0, so max(s) x f = max(s x f).
-      float mx0, mx1;
-      block_row_max(s, mx0, mx1);
+      rows.template block_max<kWg>(q_desc, stage_addr, blk, row_exchange);
       // The deferred block is the one before this, in the stage before this one.
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
         named_sync(kBarFp8StatsReady + kOther, kConsumerThreads);
-        deferred_rescale = rescale_flags[deferred_stage] != 0;
-        take_over_row_state(row_max + deferred_stage * 64, row_scale + deferred_stage * 64, deferred_rescale, r0, r1,
-                            m0, m1, l0, l1);
+        deferred_rescale = hand_over.rescale_flags[deferred_stage] != 0;
+        rows.take_over(hand_over, deferred_stage, deferred_rescale);
       }
-      const float alpha0 = lazy_rescale(mx0 * f0, m0);
-      const float alpha1 = lazy_rescale(mx1 * f1, m1);
       // The hand-over first: the other consumer's next softmax waits only for it.
-      const bool rescale =
-          publish_hand_over<kWg>(row_scale, row_max, rescale_flags, stage, tid, r0, r1, alpha0, alpha1, m0, m1);
-      const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
-      // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
-      // (s[8g + 0..1]) and 16g + 8 + col_pair + {0, 1} (s[8g + 4..5]) are positions
-      // 16g + 2 col_pair + 0..3, one 4-byte word per row.
-      uint32_t p_words0[4], p_words1[4];
-      float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        float q0[4], q1[4];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            q0[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + e], f0, neg_base0));
-            q1[2 * h + e] = fast_exp2(fmaf(s[8 * g + 4 * h + 2 + e], f1, neg_base1));
-          }
-        }
-        sum0 += (q0[0] + q0[1]) + (q0[2] + q0[3]);
-        sum1 += (q1[0] + q1[1]) + (q1[2] + q1[3]);
-        p_words0[g] = e4m3x4(q0[0], q0[1], q0[2], q0[3]);
-        p_words1[g] = e4m3x4(q1[0], q1[1], q1[2], q1[3]);
-      }
-      l0 = l0 * alpha0 + sum0;
-      l1 = l1 * alpha1 + sum1;
+      const bool rescale = rows.template publish<kWg>(hand_over, stage, tid);
       // P over the stage's rope box (S, the only reader of that box, has completed).
-      uint8_t* p_tile = smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes;
-#pragma unroll
-      for (int g = 0; g < 4; ++g) {
-        *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
-        *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) = p_words1[g];
-      }
+      rows.write_p(smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
       fence_view_async_shared();
       named_arrive(p_ready_barrier(kWg, block_count), kConsumerThreads);
       // Our own P V reads the P of all four of our warps.
@@ -358,7 +247,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     // Row statistics: each consumer's (max, partial sum); the maxima agree (each took the
     // other's over with its blocks).
     float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
-    publish_row_stats(stats + kWg * kRowsPerCta, lane, r0, r1, m0, m1, l0, l1);
+    rows.template publish_stats<kWg>(stats + kWg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
     write_item_output_transposed(p, it, kWg, warp, lane, stats, kv_scale, bad, o);
   }

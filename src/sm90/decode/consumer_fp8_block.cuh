@@ -15,7 +15,6 @@ using fp8::fence_fragments;
 using fp8::load_vt_fragments;
 using fp8::rescale_ot;
 using fp8::swizzled64;
-using fp8::take_over_row_state;
 
 // Scale helper (warp 2 of the producer warpgroup): per block, once the stage is in, the
 // maximum of each group's scales over the block's real tokens (lane l reads tokens l and
@@ -224,15 +223,138 @@ __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (
   wgmma_commit();
 }
 
+// S^T (64 tokens x 16 rows, rows_fp8.cuh's NarrowRows) of the block in units of the row's Q
+// scale: the rope product and the four group products issued at once (8 accumulators
+// each: all fit, no wait between them), then folded: rope / q_scale + sum_g scale_g[token]
+// x t_g. The lane's tokens are 16w + l/4 and + 8 (two scales per group).
+__device__ __forceinline__ void compute_st(uint64_t q_desc, uint32_t stage_addr, const float* scales,
+                                           const float (&inv_qs)[4], float (&s)[8]) {
+  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
+  float t[kGroups][8];
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const uint32_t off = (kRopeBox + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
+    wgmma_kq_bf16(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t off = (2 * g + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
+      wgmma_kq_fp8(desc_advance(k_desc, off), desc_advance(q_desc, off), t[g], k > 0);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  sm90::fence_accumulators(s);
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) sm90::fence_accumulators(t[g]);
+  const int token = 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sc[kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) sc[g] = scales[g * kBlockTokens + token + 8 * h];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int k = 4 * (j >> 1) + 2 * h + (j & 1);
+      float x = s[k] * inv_qs[j];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) x = fmaf(t[g][k], sc[g], x);
+      s[k] = x;
+    }
+  }
+}
+
+// The per-row state of the per-block kernel's consumers: the per-tensor kernel's (rows_fp8.cuh)
+// with S in units of the row's Q scale (kv scale 1: the scales are in S and P), S from the
+// group fold, and four P tiles. Tiles of this consumer's groups go to `own_p`, the other's
+// over the stage's rope boxes.
+struct BlockWideRows : fp8::WideRows<kQkBoxes> {
+  float inv_qs0, inv_qs1;
+
+  __device__ __forceinline__ BlockWideRows(int warp, int lane) : fp8::WideRows<kQkBoxes>(warp, lane) {}
+
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it) {
+    fp8::WideRows<kQkBoxes>::begin_item(p, it, 1.f);
+    inv_qs0 = 1.f / fp8::row_q_scale(p, it, r0);
+    inv_qs1 = 1.f / fp8::row_q_scale(p, it, r1);
+  }
+
+  template <int kWg>
+  __device__ __forceinline__ void block_max(uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
+                                            float*) {
+    compute_s(q_desc, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
+    mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
+    block_row_max(s, mx0, mx1);
+  }
+
+  template <int kWg>
+  __device__ __forceinline__ void write_p(const float*, const __half2* ratios, float4, uint8_t* own_p,
+                                         uint8_t* stage_rope, int lane) {
+    const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
+    float sum0 = 0.f, sum1 = 0.f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      s[4 * i + 0] = fast_exp2(fmaf(s[4 * i + 0], f0, neg_base0));
+      s[4 * i + 1] = fast_exp2(fmaf(s[4 * i + 1], f0, neg_base0));
+      s[4 * i + 2] = fast_exp2(fmaf(s[4 * i + 2], f1, neg_base1));
+      s[4 * i + 3] = fast_exp2(fmaf(s[4 * i + 3], f1, neg_base1));
+      sum0 += s[4 * i + 0] + s[4 * i + 1];
+      sum1 += s[4 * i + 2] + s[4 * i + 3];
+    }
+    l0 = l0 * alpha0 + sum0;
+    l1 = l1 * alpha1 + sum1;
+    write_p_tiles<kWg>(s, ratios, own_p, stage_rope, r0, r1, lane);
+  }
+};
+
+struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
+  float inv_qs[4];
+
+  __device__ __forceinline__ BlockNarrowRows(int warp, int lane) : fp8::NarrowRows<kQkBoxes>(warp, lane) {}
+
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it) {
+    fp8::NarrowRows<kQkBoxes>::begin_item(p, it, 1.f);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) inv_qs[j] = 1.f / fp8::row_q_scale(p, it, row(n0, j));
+  }
+
+  template <int kWg>
+  __device__ __forceinline__ void block_max(uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
+                                            float* exchange) {
+    compute_st(q_desc, stage_addr, scales, inv_qs, s);
+    reduce_block_max<kWg>(blk, exchange);
+  }
+
+  // Tile g: P x scale_g[token] / M_g, in fp32 from the transposed scales (the lane's two
+  // tokens; the wide rows' half2 ratio pairs are pairs of adjacent tokens, not these).
+  template <int kWg>
+  __device__ __forceinline__ void write_p(const float* scales, const __half2*, float4 inv_max, uint8_t* own_p,
+                                         uint8_t* stage_rope, int lane) {
+    float pv[8];
+    exponentials(pv);
+    const int token = 16 * ((threadIdx.x / 32) % 4) + lane / 4;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const float inv = g == 0 ? inv_max.x : g == 1 ? inv_max.y : g == 2 ? inv_max.z : inv_max.w;
+      const float2 factor = make_float2(scales[g * kBlockTokens + token] * inv, scales[g * kBlockTokens + token + 8] * inv);
+      store_p<true>(((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * fp8::kPBytes, pv, factor);
+    }
+  }
+};
+
 // kAcc: O^T accumulators per M block, 8 (at most 16 query rows: P V with N = 16) or 32;
 // consumer_fp8.cuh.
 template <int kWg, int kAcc>
 __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
   constexpr int kHandoverSlots = SmemLayout::kHandoverSlots;
+  // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
+  using Rows = std::conditional_t<kAcc == 8, BlockNarrowRows, BlockWideRows>;
   const int tid = threadIdx.x - 128 * (kWg + 1);
   const int warp = tid / 32, lane = tid % 32;
-  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* q_full = bars + 0;
@@ -241,17 +363,19 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
   uint64_t* empty = bars + 2 + kStages;
   uint64_t* ready = bars + 2 + 2 * kStages;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);  // [stage][64]
-  float* row_max = reinterpret_cast<float*>(smem + SmemLayout::row_max);      // [stage][64]
-  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
+  const fp8::HandOver hand_over{reinterpret_cast<float*>(smem + SmemLayout::row_scale),
+                                reinterpret_cast<float*>(smem + SmemLayout::row_max),
+                                reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags)};
+  const float* row_scale = hand_over.row_scale;
   const float4* factors = reinterpret_cast<const float4*>(smem + SmemLayout::group_factors);
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
+  float* row_exchange = fp8::narrow_row_exchange(row_stats, kWg);
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
   uint8_t* own_p = smem + SmemLayout::own_p + kWg * 2 * fp8::kPBytes;
   const uint32_t own_p_addr = smem_addr(own_p);
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
-  const float neg_inf = -__int_as_float(0x7f800000);
+  Rows rows(warp, lane);
 
   int item_count = 0;
   int block_count = 0;
@@ -260,13 +384,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
-    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
-    const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
-    // S is in units of the row's Q scale: log2-domain factor softmax scale x Q scale.
-    const float qs0 = fp8::row_q_scale(p, it, r0), qs1 = fp8::row_q_scale(p, it, r1);
-    const float f0 = p.scale_log2 * qs0, f1 = p.scale_log2 * qs1;
-    const float inv_qs0 = 1.f / qs0, inv_qs1 = 1.f / qs1;
+    rows.begin_item(p, it);
     Mbarrier::wait(q_full, item_count & 1);
 
     float o[4][kAcc];
@@ -275,7 +393,6 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
-    float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;
     float2 group_max = make_float2(1.f, 1.f);  // M_g of this consumer's groups after the item's last block
     bool bad = false;
     bool deferred = false;
@@ -298,8 +415,8 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
           continue;
         }
         named_sync(fp8::kBarFp8StatsReady + kOther, kConsumerThreads);
-        const bool rescale = rescale_flags[slot] != 0;
-        take_over_row_state(row_max + slot * 64, row_scale + slot * 64, rescale, r0, r1, m0, m1, l0, l1);
+        const bool rescale = hand_over.rescale_flags[slot] != 0;
+        rows.take_over(hand_over, slot, rescale);
         named_sync(fp8::p_ready_barrier(kOther, block_count), kConsumerThreads);
         if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
         rescale_groups<kWg, kAcc>(o, factors, stage);
@@ -318,39 +435,18 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       const float* scales =
           reinterpret_cast<const float*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
       const __half2* ratios = reinterpret_cast<const __half2*>(smem + SmemLayout::p_ratios) + stage * kGroups * 32;
-      float s[32];
-      compute_s(q_desc, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
-      mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
-      float mx0, mx1;
-      block_row_max(s, mx0, mx1);
+      rows.template block_max<kWg>(q_desc, stage_addr, scales, blk, row_exchange);
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
         named_sync(fp8::kBarFp8StatsReady + kOther, kConsumerThreads);
-        deferred_rescale = rescale_flags[deferred_slot] != 0;
-        take_over_row_state(row_max + deferred_slot * 64, row_scale + deferred_slot * 64, deferred_rescale, r0, r1,
-                            m0, m1, l0, l1);
+        deferred_rescale = hand_over.rescale_flags[deferred_slot] != 0;
+        rows.take_over(hand_over, deferred_slot, deferred_rescale);
       }
-      const float alpha0 = lazy_rescale(mx0 * f0, m0);
-      const float alpha1 = lazy_rescale(mx1 * f1, m1);
       // The hand-over first: the other consumer's next softmax waits only for it.
-      const bool rescale =
-          fp8::publish_hand_over<kWg>(row_scale, row_max, rescale_flags, slot, tid, r0, r1, alpha0, alpha1, m0, m1);
-      const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
-      float sum0 = 0.f, sum1 = 0.f;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        s[4 * i + 0] = fast_exp2(fmaf(s[4 * i + 0], f0, neg_base0));
-        s[4 * i + 1] = fast_exp2(fmaf(s[4 * i + 1], f0, neg_base0));
-        s[4 * i + 2] = fast_exp2(fmaf(s[4 * i + 2], f1, neg_base1));
-        s[4 * i + 3] = fast_exp2(fmaf(s[4 * i + 3], f1, neg_base1));
-        sum0 += s[4 * i + 0] + s[4 * i + 1];
-        sum1 += s[4 * i + 2] + s[4 * i + 3];
-      }
-      l0 = l0 * alpha0 + sum0;
-      l1 = l1 * alpha1 + sum1;
+      const bool rescale = rows.template publish<kWg>(hand_over, slot, tid);
       uint8_t* stage_rope = smem + SmemLayout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
-      write_p_tiles<kWg>(s, ratios, own_p, stage_rope, r0, r1, lane);
+      rows.template write_p<kWg>(scales, ratios, factors[3 * stage + 1], own_p, stage_rope, lane);
       fence_view_async_shared();
       named_arrive(fp8::p_ready_barrier(kWg, block_count), kConsumerThreads);
       // Our own P V reads the tiles of all four of our warps.
@@ -395,7 +491,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       o[3][i] *= group_max.y;
     }
     float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
-    publish_row_stats(stats + kWg * kRowsPerCta, lane, r0, r1, m0, m1, l0, l1);
+    rows.template publish_stats<kWg>(stats + kWg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
     write_item_output_transposed(p, it, kWg, warp, lane, stats, 1.f, bad, o);
   }

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
-    set_max_registers_dec<kProducerRegs>();
+    set_max_registers_dec<kProducerRegs<kAcc>>();
     const int warp = threadIdx.x / 32;
     if (warp == 0) {
       PagedKvLoader<kQkBoxes, Fp8BlockSmem> kv{&kv_maps, p};
@@ -46,11 +46,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       run_scale_helper(p, smem);
     }
   } else if (wg == 1) {
-    set_max_registers_inc<kConsumerRegs>();
+    set_max_registers_inc<kConsumerRegs<kAcc>>();
     grid_dependency_wait();  // the Q scales
     run_consumer_fp8_block<0, kAcc>(p, smem);
   } else {
-    set_max_registers_inc<kConsumerRegs>();
+    set_max_registers_inc<kConsumerRegs<kAcc>>();
     grid_dependency_wait();
     run_consumer_fp8_block<1, kAcc>(p, smem);
   }

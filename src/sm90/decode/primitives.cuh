@@ -209,6 +209,19 @@ __device__ __forceinline__ void wgmma_qk_fp8(uint64_t da, uint64_t db, float (&d
   wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<32>{});
 }
 
+// S^T (64 tokens x 16 rows) += K x Q^T in bf16 (the per-block fp8 cache's rope part).
+__device__ __forceinline__ void wgmma_kq_bf16(uint64_t da, uint64_t db, float (&d)[8], bool accumulate) {
+  using Atom = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<8>{});
+}
+
+// fp8: S^T (64 tokens x 16 rows) += K x Q^T, both e4m3 K-major in shared memory (the
+// first 16 rows of the Q tile).
+__device__ __forceinline__ void wgmma_kq_fp8(uint64_t da, uint64_t db, float (&d)[8], bool accumulate) {
+  using Atom = cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_SS_TN<>;
+  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<8>{});
+}
+
 // fp8: O^T (64 dims x 64 rows) += V^T (64 x 32 tokens, registers) x P^T (P K-major in
 // shared memory). A fragment (8-bit): a[0] row x = l/4 of the warp's 16, k 4(l%4)..+3;
 // a[1] row x + 8; a[2], a[3] the same rows at k + 16.
