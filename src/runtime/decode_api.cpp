@@ -437,7 +437,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     uint8_t* q8 = ws_base + area.q8_offset;
     float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
     quantize = {a.q, q.q_row, nullptr, 0, sm90::kDqkNoRope, sm90::kDqkNoRope, q.rows, q8, row_scales};
-    detail::fp8_block_q_maps_for(q, a, q8, P.q_maps, q_maps, q_pe_col);
+    const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
+    detail::fp8_block_q_maps_for(q, a, q8, narrow ? int(sm90::kFp8BlockNarrowQRows) : sm90::kRowsPerCta, P.q_maps,
+                                 q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
   } else if (fp8) {

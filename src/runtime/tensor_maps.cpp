@@ -145,13 +145,13 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
   maps = cache.maps;
 }
 
-void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, QMapCache& cache, sm90::QMaps& maps,
-                          int& q_pe_col) {
+void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int box_rows, QMapCache& cache,
+                          sm90::QMaps& maps, int& q_pe_col) {
   q_pe_col = q.split ? 0 : 2 * sm90::kDqkNoRope;
   std::lock_guard<std::mutex> lock(cache.mutex);
   if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row ||
-      cache.q8 != q8) {
-    const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
+      cache.q8 != q8 || cache.box_rows != box_rows) {
+    const cuuint32_t box[2] = {sm90::kBoxCols, cuuint32_t(box_rows)};
     const cuuint64_t latent_dims[2] = {cuuint64_t(sm90::kDqkNoRope), cuuint64_t(q.rows)};
     const cuuint64_t latent_strides[1] = {cuuint64_t(sm90::kDqkNoRope)};
     encode_map(&cache.maps.latent, /*fp8=*/true, q8, 2, latent_dims, latent_strides, box, "the e4m3 Q (latent)");
@@ -166,6 +166,7 @@ void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8,
     cache.q_row = q.q_row;
     cache.q_pe_row = q.pe_row;
     cache.q8 = q8;
+    cache.box_rows = box_rows;
   }
   maps = cache.maps;
 }

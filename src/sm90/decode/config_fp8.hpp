@@ -98,6 +98,8 @@ static_assert(SmemLayout::kv % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled ti
 static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
 static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
 static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");
+static_assert(SmemLayout::row_scale % 8 == 0 && SmemLayout::row_max % 8 == 0,
+              "the narrow rows' hand-over is float2 pairs");
 
 // The producer runs the KV loader (its one-token gather needs 56: the bf16 gather kernel
 // spilled at 40) and the Q loader. A consumer holds O^T (128) and either S of its block

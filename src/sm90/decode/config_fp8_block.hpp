@@ -25,6 +25,8 @@
 //   own P    [consumer][2 groups][64 rows][64 tokens] e4m3                    = 16,384
 //   zero row, barriers, flags, per-stage factors and P ratios, row statistics ~5.5 KiB = 230,752 (+1 KiB to align)
 // Four stages (the per-tensor kernel has five of 36 KiB; 656-byte tokens leave room for four).
+// The kernel for at most 16 query rows keeps Q and P at 16 rows and has five stages
+// (SmemLayoutT).
 #pragma once
 
 #include <cstdint>
@@ -41,9 +43,7 @@ constexpr uint32_t kTokenBytes = 656;
 constexpr uint32_t kScaleRowBytes = 16;   // 4 fp32 per token
 constexpr uint32_t kScalesBytes = kBlockTokens * kScaleRowBytes;                  // 1024
 constexpr uint32_t kStageBytes = kQkBoxes * fp8::kBoxBytes + kScalesBytes;        // 41,984
-constexpr uint32_t kQBytes = kQkBoxes * fp8::kBoxBytes;                            // 40,960
 constexpr uint32_t kRopeBox = 8;          // first rope box of Q and of a stage
-constexpr int kStages = 4;
 static_assert(kQkBoxes * fp8::kBoxRowBytes + kScaleRowBytes == kTokenBytes, "a stage row is one token");
 
 // Registers: with more than 16 rows a consumer holds O^T (128), S and one group's product
@@ -59,11 +59,21 @@ static_assert(kProducerRegs<32> * 128 + kConsumerRegs<32> * kConsumerThreads <= 
                   kProducerRegs<8> * 128 + kConsumerRegs<8> * kConsumerThreads <= kLaunchRegs * kThreads,
               "register budget");
 
-struct SmemLayout {
+// kNarrow: the kernel for tiles of at most 16 query rows (kAcc 8, S^T). Its Q tile and P
+// tiles hold 16 rows (the 64-row Q boxes and P tiles of the wide kernel were 3/4 padding),
+// which frees the 42 KiB of a fifth stage: with four, the consumers (which hold up to three
+// stages: S, softmax, deferred P V) left one in flight, and both sides waited (ncu, v20:
+// the consumers ~19 % of their samples on full stages, the loader ~40 % on empty ones).
+template <bool kNarrow>
+struct SmemLayoutT {
+  static constexpr int kStages = kNarrow ? 5 : 4;
+  static constexpr uint32_t kQRows = kNarrow ? 16 : kRowsPerCta;  // the host's Q boxes (kFp8BlockNarrowQRows)
+  static constexpr uint32_t kQBoxBytes = kQRows * fp8::kBoxRowBytes;  // a Q box: 1024 or 4096
+  static constexpr uint32_t kPBytes = kQRows * kBlockTokens;          // a P tile: 1024 or 4096
   static constexpr uint32_t q = 0;
-  static constexpr uint32_t kv = q + kQBytes;
-  static constexpr uint32_t own_p = kv + kStages * kStageBytes;                     // [consumer][2][4096]
-  static constexpr uint32_t zero_row = own_p + 2 * 2 * fp8::kPBytes;
+  static constexpr uint32_t kv = q + kQkBoxes * kQBoxBytes;
+  static constexpr uint32_t own_p = kv + kStages * kStageBytes;                      // [consumer][2][kPBytes]
+  static constexpr uint32_t zero_row = own_p + 2 * 2 * kPBytes;
   static constexpr uint32_t barriers = zero_row + 16;
   // q_full, q_empty, full[kStages], empty[kStages], ready[kStages] (the helper's factors)
   static constexpr uint32_t num_barriers = 2 + 3 * kStages;
@@ -74,21 +84,22 @@ struct SmemLayout {
   // its softmax of k + 2. Three slots instead of one per stage keep the layout in 227 KiB.
   static constexpr int kHandoverSlots = 3;
   static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;              // uint32[slot]
-  static constexpr uint32_t row_scale = rescale_flags + 4 * 4;                      // float[slot][64]
+  static constexpr uint32_t row_scale = (rescale_flags + 4 * 4 + 7) / 8 * 8;        // float[slot][64]
   static constexpr uint32_t row_max = row_scale + 4 * kHandoverSlots * kRowsPerCta;  // float[slot][64]
   // The helper's per-stage group factors: float4 [stage][3]: M_g after the block, 1 / M_g,
   // M_g(before) / M_g (1 at the item's first block).
-  static constexpr uint32_t group_factors = row_max + 4 * kHandoverSlots * kRowsPerCta;
+  static constexpr uint32_t group_factors = (row_max + 4 * kHandoverSlots * kRowsPerCta + 15) / 16 * 16;
   // The helper's P factors: half2 [stage][group][32 token pairs], scale_g[t] / M_g.
   static constexpr uint32_t p_ratios = group_factors + 16 * 3 * kStages;
   static constexpr uint32_t row_stats = p_ratios + 4 * kGroups * 32 * kStages;      // float2[parity][consumer][64]
   static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;
+  static_assert(kv % 1024 == 0 && kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+  static_assert(own_p % 1024 == 0 && kPBytes % 512 == 0, "P tiles are swizzled (512-byte atoms)");
+  static_assert(alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+  static_assert(group_factors % 16 == 0 && row_stats % 8 == 0, "float4 / float2 arrays");
+  static_assert(barriers % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert(row_scale % 8 == 0 && row_max % 8 == 0, "the narrow rows' hand-over is float2 pairs");
 };
-static_assert(SmemLayout::kv % 1024 == 0 && kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
-static_assert(SmemLayout::own_p % 1024 == 0, "P tiles are swizzled");
-static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
-static_assert(SmemLayout::group_factors % 16 == 0 && SmemLayout::row_stats % 8 == 0, "float4 / float2 arrays");
-static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");
 
 }  // namespace kbmla::sm90::fp8_block

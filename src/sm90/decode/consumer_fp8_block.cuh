@@ -23,7 +23,10 @@ using fp8::swizzled64;
 // to [group][token] (the fold's 8-byte loads) and the P factors scale_g[t] / M_g as half2
 // pairs of tokens (SmemLayout::p_ratios); then the stage's ready barrier. Rows past the
 // request's last token may hold anything: their scales become 0.
+template <bool kNarrow>
 __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t* smem) {
+  using SmemLayout = SmemLayoutT<kNarrow>;
+  constexpr int kStages = SmemLayout::kStages;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* full = bars + 2;
   uint64_t* ready = bars + 2 + 2 * kStages;
@@ -193,7 +196,7 @@ __device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __hal
   };
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
-    uint8_t* tile = ((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * fp8::kPBytes;
+    uint8_t* tile = ((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<false>::kPBytes;
     const __half2* rg = ratios + g * 32 + lane % 4;  // token pair 4i + lane % 4
 #pragma unroll
     for (int gi = 0; gi < 4; ++gi) {
@@ -210,6 +213,7 @@ __device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __hal
 // (p_addr), b = 2, 3 that of 2 kWg + 1 (the next 4 KiB). One commit group; the caller waits.
 template <int kAcc>
 __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t p_addr) {
+  constexpr uint32_t kPBytes = SmemLayoutT<kAcc == 8>::kPBytes;
   const uint64_t p_desc = desc_k_major_sw64(p_addr);
   wgmma_fence();
   fp8::fence_accumulators(o);
@@ -217,7 +221,7 @@ __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (
   for (int b = 0; b < 4; ++b) {
 #pragma unroll
     for (int kb = 0; kb < 2; ++kb) {
-      wgmma_pv_fp8_rs(a[b][kb], desc_advance(p_desc, (b >> 1) * fp8::kPBytes + kb * 32), o[b]);
+      wgmma_pv_fp8_rs(a[b][kb], desc_advance(p_desc, (b >> 1) * kPBytes + kb * 32), o[b]);
     }
   }
   wgmma_commit();
@@ -226,23 +230,27 @@ __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (
 // S^T (64 tokens x 16 rows, rows_fp8.cuh's NarrowRows) of the block in units of the row's Q
 // scale: the rope product and the four group products issued at once (8 accumulators
 // each: all fit, no wait between them), then folded: rope / q_scale + sum_g scale_g[token]
-// x t_g. The lane's tokens are 16w + l/4 and + 8 (two scales per group).
+// x t_g. The lane's tokens are 16w + l/4 and + 8 (two scales per group). The Q tile's boxes
+// are 16 rows (kQBoxBytes apart), the stage's 64 tokens.
 __device__ __forceinline__ void compute_st(uint64_t q_desc, uint32_t stage_addr, const float* scales,
                                            const float (&inv_qs)[4], float (&s)[8]) {
+  constexpr uint32_t kQBoxBytes = SmemLayoutT<true>::kQBoxBytes;
   const uint64_t k_desc = desc_k_major_sw64(stage_addr);
   float t[kGroups][8];
   wgmma_fence();
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t off = (kRopeBox + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
-    wgmma_kq_bf16(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
+    const uint32_t box = kRopeBox + k / 2, in_row = (k % 2) * 32;
+    wgmma_kq_bf16(desc_advance(k_desc, box * fp8::kBoxBytes + in_row), desc_advance(q_desc, box * kQBoxBytes + in_row),
+                  s, k > 0);
   }
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t off = (2 * g + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
-      wgmma_kq_fp8(desc_advance(k_desc, off), desc_advance(q_desc, off), t[g], k > 0);
+      const uint32_t box = 2 * g + k / 2, in_row = (k % 2) * 32;
+      wgmma_kq_fp8(desc_advance(k_desc, box * fp8::kBoxBytes + in_row), desc_advance(q_desc, box * kQBoxBytes + in_row),
+                   t[g], k > 0);
     }
   }
   wgmma_commit();
@@ -340,7 +348,7 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
     for (int g = 0; g < kGroups; ++g) {
       const float inv = g == 0 ? inv_max.x : g == 1 ? inv_max.y : g == 2 ? inv_max.z : inv_max.w;
       const float2 factor = make_float2(scales[g * kBlockTokens + token] * inv, scales[g * kBlockTokens + token + 8] * inv);
-      store_p<true>(((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * fp8::kPBytes, pv, factor);
+      store_p<true>(((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<true>::kPBytes, pv, factor);
     }
   }
 };
@@ -350,6 +358,8 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
 template <int kWg, int kAcc>
 __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem) {
   constexpr int kOther = 1 - kWg;
+  using SmemLayout = SmemLayoutT<kAcc == 8>;
+  constexpr int kStages = SmemLayout::kStages;
   constexpr int kHandoverSlots = SmemLayout::kHandoverSlots;
   // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
   using Rows = std::conditional_t<kAcc == 8, BlockNarrowRows, BlockWideRows>;
@@ -371,7 +381,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
   float* row_exchange = fp8::narrow_row_exchange(row_stats, kWg);
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
-  uint8_t* own_p = smem + SmemLayout::own_p + kWg * 2 * fp8::kPBytes;
+  uint8_t* own_p = smem + SmemLayout::own_p + kWg * 2 * SmemLayout::kPBytes;
   const uint32_t own_p_addr = smem_addr(own_p);
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);

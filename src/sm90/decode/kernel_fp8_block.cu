@@ -15,6 +15,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_block_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
   if (plan_failed(p)) return;
+  constexpr bool kNarrow = kAcc == 8;
+  using SmemLayout = SmemLayoutT<kNarrow>;
+  using Smem = Fp8BlockSmem<kNarrow>;
+  constexpr int kStages = SmemLayout::kStages;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
@@ -33,17 +37,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     set_max_registers_dec<kProducerRegs<kAcc>>();
     const int warp = threadIdx.x / 32;
     if (warp == 0) {
-      PagedKvLoader<kQkBoxes, Fp8BlockSmem> kv{&kv_maps, p};
+      PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
       if (p.gather_rows) {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Fp8BlockSmem>(p, kv, smem);
+        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
       } else {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Fp8BlockSmem>(p, kv, smem);
+        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
       }
     } else if (threadIdx.x == 32) {  // Q loader
       grid_dependency_wait();          // the quantised Q
-      run_q_loader<kQkBoxes, Fp8BlockSmem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+      run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     } else if (warp == 2) {
-      run_scale_helper(p, smem);
+      run_scale_helper<kNarrow>(p, smem);
     }
   } else if (wg == 1) {
     set_max_registers_inc<kConsumerRegs<kAcc>>();
@@ -59,12 +63,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace fp8_block
 
+static_assert(fp8_block::SmemLayoutT<true>::kQRows == kFp8BlockNarrowQRows, "the host encodes the Q boxes the narrow kernel's tile has");
+
 namespace {
 template <int kAcc>
 void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                   cudaStream_t stream) {
   constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel<kAcc>;
-  constexpr uint32_t smem_bytes = fp8_block::SmemLayout::alloc;
+  constexpr uint32_t smem_bytes = fp8_block::SmemLayoutT<kAcc == 8>::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
   require(attr_err == cudaSuccess, "decode (fp8 per-block): cannot reserve ", smem_bytes, " bytes of shared memory: ",
@@ -84,7 +90,8 @@ void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeP
 void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream) {
   require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
-  if (p.rows <= 16 && p.cluster_size == 1) return launch_block<8>(q_maps, kv_maps, p, grid, stream);
+  // q_maps.latent / .rope have 16-row boxes for this kernel (fp8_block_narrow).
+  if (fp8_block_narrow(p.rows, p.cluster_size)) return launch_block<8>(q_maps, kv_maps, p, grid, stream);
   launch_block<32>(q_maps, kv_maps, p, grid, stream);
 }
 

@@ -21,6 +21,7 @@ struct Bf16Smem {
   using Layout = SmemLayout;
   using Maps = CUtensorMap;
   static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
+  static constexpr uint32_t kQBoxBytes = kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = 128;
   static constexpr uint32_t kScaleRowBytes = 0;
   static constexpr uint32_t kStageBytes = kTileBytes;
@@ -30,19 +31,22 @@ struct Fp8Smem {
   using Layout = fp8::SmemLayout;
   using Maps = CUtensorMap;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
+  static constexpr uint32_t kQBoxBytes = kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
   static constexpr uint32_t kScaleRowBytes = 0;
   static constexpr uint32_t kStageBytes = fp8::kTileBytes;
   static constexpr int kStages = fp8::kStages;
 };
+template <bool kNarrow>
 struct Fp8BlockSmem {
-  using Layout = fp8_block::SmemLayout;
+  using Layout = fp8_block::SmemLayoutT<kNarrow>;
   using Maps = KvBlockMaps;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
+  static constexpr uint32_t kQBoxBytes = Layout::kQBoxBytes;  // 16 or 64 rows
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
   static constexpr uint32_t kScaleRowBytes = fp8_block::kScaleRowBytes;
   static constexpr uint32_t kStageBytes = fp8_block::kStageBytes;
-  static constexpr int kStages = fp8_block::kStages;
+  static constexpr int kStages = Layout::kStages;
 };
 
 // The cache's data map: the one map, or the per-block cache's data map.
@@ -247,7 +251,7 @@ struct PagedKvLoader {
 template <int QkBoxes, class Smem = Bf16Smem, bool kCheckDcp = false>
 __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps* q_maps, uint8_t* smem) {
   using Layout = typename Smem::Layout;
-  constexpr uint32_t kBoxBytes = Smem::kBoxBytes;
+  constexpr uint32_t kQBoxBytes = Smem::kQBoxBytes;  // the Q map's box: 64 rows, or 16 (Fp8BlockSmem<true>)
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
@@ -260,7 +264,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
       if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
     }
     Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
-    Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kBoxBytes);
+    Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kQBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;
 #pragma unroll
     for (int j = 0; j < QkBoxes; ++j) {
@@ -268,7 +272,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
       // in two tensors, else from q's columns 512..575 (q_pe_col 512). Per-block fp8: two
       // rope boxes of 64 bytes each (bf16 Q bytes, q_pe_col 1024 or 0).
       const bool rope = j >= kLatentBoxes;
-      tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kBoxBytes,
+      tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kQBoxBytes,
                      rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, q_row);
     }
     ++item_count;
