@@ -39,8 +39,7 @@ namespace kbmla::sm90::fp8 {
 // (t + 1, 2r + 1) for t = 32 kb + 8 j + 2(l%4), r = l/4 (token, dim in the chunk); the
 // permutes gather the even dim (row x = r) and the odd dim (row x + 8) of tokens t, t + 1,
 // t + 8, t + 9.
-template <int kWg>
-__device__ __forceinline__ void load_vt_fragments(uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
+__device__ __forceinline__ void load_vt_fragments(int wg, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
                                                   int valid_tokens, uint32_t (&a)[4][2][4]) {
   const uint32_t lane_row = lane * kBoxRowBytes + ((((warp ^ (lane >> 1)) & 3)) << 4);
 #pragma unroll
@@ -48,7 +47,7 @@ __device__ __forceinline__ void load_vt_fragments(uint32_t stage_addr, uint32_t 
     const bool real = 32 * kb + lane < valid_tokens;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      const uint32_t addr = stage_addr + (4 * kWg + b) * kBoxBytes + kb * 32 * kBoxRowBytes + lane_row;
+      const uint32_t addr = stage_addr + (4 * wg + b) * kBoxBytes + kb * 32 * kBoxRowBytes + lane_row;
       uint32_t r[4];
       ldmatrix_x4_trans(real ? addr : zero_addr, r);
       a[b][kb][0] = __byte_perm(r[0], r[1], 0x6420);
@@ -110,24 +109,24 @@ __device__ __forceinline__ void issue_pv(float (&o)[4][kAcc], uint32_t (&a)[4][2
 
 // The P V of one block for this consumer's 256 dims: O^T rescaled by the block's row
 // factors when any differs from 1 (`rescale`, the owner's OR), then issue_pv and its wait.
-template <int kWg, int kAcc>
-__device__ __forceinline__ void add_pv(float (&o)[4][kAcc], uint32_t stage_addr, uint32_t zero_addr,
+template <int kAcc>
+__device__ __forceinline__ void add_pv(int wg, float (&o)[4][kAcc], uint32_t stage_addr, uint32_t zero_addr,
                                        const float* scale, bool rescale, int valid_tokens, int warp, int lane) {
   if (rescale) rescale_ot(o, scale, 2 * (lane % 4));
   uint32_t a[4][2][4];
-  load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+  load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
   fence_fragments(a);
   issue_pv(o, a, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
   wgmma_wait<0>();
   fence_accumulators(o);
 }
 
-template <KernelMode Mode, int QkBoxes, int kWg, int kAcc>
-__device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem) {
-  constexpr int kOther = 1 - kWg;
+template <KernelMode Mode, int QkBoxes, int kAcc>
+__device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem, int wg) {
+  const int other = 1 - wg;
   // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
   using Rows = std::conditional_t<kAcc == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
-  const int tid = threadIdx.x - 128 * (kWg + 1);
+  const int tid = threadIdx.x - 128 * (wg + 1);
   const int warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
@@ -142,7 +141,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
                            reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags)};
   const float* row_scale = hand_over.row_scale;
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][consumer][64]
-  float* row_exchange = fp8::narrow_row_exchange(row_stats, kWg);
+  float* row_exchange = fp8::narrow_row_exchange(row_stats, wg);
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
@@ -151,7 +150,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
 
   int item_count = 0;
   int block_count = 0;
-  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
+  if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -181,58 +180,58 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       }
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       const int valid_tokens = it.seqlen - blk * kBlockTokens;
-      if ((block_count & 1) != kWg) {
+      if ((block_count & 1) != wg) {
         // The other consumer's block: deferred, unless it ends the item.
         if (blk + 1 < it.blk_end) {
           deferred = true;
           continue;
         }
-        named_sync(kBarFp8StatsReady + kOther, kConsumerThreads);
+        named_sync(kBarFp8StatsReady + other, kConsumerThreads);
         const bool rescale = hand_over.rescale_flags[stage] != 0;
         rows.take_over(hand_over, stage, rescale);
-        named_sync(p_ready_barrier(kOther, block_count), kConsumerThreads);
-        add_pv<kWg>(o, stage_addr, zero_addr, row_scale + stage * 64, rescale, valid_tokens, warp, lane);
+        named_sync(p_ready_barrier(other, block_count), kConsumerThreads);
+        add_pv(wg, o, stage_addr, zero_addr, row_scale + stage * 64, rescale, valid_tokens, warp, lane);
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
 
       // Own block: S, the online softmax, P.
-      rows.template block_max<kWg>(q_desc, stage_addr, blk, row_exchange);
+      rows.block_max(wg, q_desc, stage_addr, blk, row_exchange);
       // The deferred block is the one before this, in the stage before this one.
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
-        named_sync(kBarFp8StatsReady + kOther, kConsumerThreads);
+        named_sync(kBarFp8StatsReady + other, kConsumerThreads);
         deferred_rescale = hand_over.rescale_flags[deferred_stage] != 0;
         rows.take_over(hand_over, deferred_stage, deferred_rescale);
       }
       // The hand-over first: the other consumer's next softmax waits only for it.
-      const bool rescale = rows.template publish<kWg>(hand_over, stage, tid);
+      const bool rescale = rows.publish(wg, hand_over, stage, tid);
       // P over the stage's rope box (S, the only reader of that box, has completed).
       rows.write_p(smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
       fence_view_async_shared();
-      named_arrive(p_ready_barrier(kWg, block_count), kConsumerThreads);
+      named_arrive(p_ready_barrier(wg, block_count), kConsumerThreads);
       // Our own P V reads the P of all four of our warps.
-      named_sync(kBarFp8OwnerP + kWg, 128);
+      named_sync(kBarFp8OwnerP + wg, 128);
       // The deferred block's P V, then ours; our fragments load while the deferred
       // block's wgmma run (their shared-memory latency was ~9 % of a consumer's time).
       uint32_t a_own[4][2][4];
       if (deferred) {
-        named_sync(p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
+        named_sync(p_ready_barrier(other, block_count - 1), kConsumerThreads);
         const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_stage * 64, col_pair);
         uint32_t a_deferred[4][2][4];
-        load_vt_fragments<kWg>(deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
+        load_vt_fragments(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
         fence_fragments(a_deferred);
         issue_pv(o, a_deferred, desc_k_major_sw64(deferred_addr + kPBox * kBoxBytes));
-        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
         wgmma_wait<0>();
         fence_accumulators(o);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
       } else {
-        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
       }
       if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
@@ -247,11 +246,11 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     // Row statistics: each consumer's (max, partial sum); the maxima agree (each took the
     // other's over with its blocks).
     float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
-    rows.template publish_stats<kWg>(stats + kWg * kRowsPerCta, row_exchange, warp, lane);
+    rows.publish_stats(wg, stats + wg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
-    write_item_output_transposed(p, it, kWg, warp, lane, stats, kv_scale, bad, o);
+    write_item_output_transposed(p, it, wg, warp, lane, stats, kv_scale, bad, o);
   }
-  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+  if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }
 
 }  // namespace kbmla::sm90::fp8

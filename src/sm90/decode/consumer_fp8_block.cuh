@@ -90,18 +90,17 @@ __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t*
   });
 }
 
-// This consumer's two groups (2 kWg, 2 kWg + 1) of a per-stage float4.
-template <int kWg>
-__device__ __forceinline__ float2 own_groups(float4 v) {
-  return kWg == 0 ? make_float2(v.x, v.y) : make_float2(v.z, v.w);
+// This consumer's two groups (2 wg, 2 wg + 1) of a per-stage float4.
+__device__ __forceinline__ float2 own_groups(int wg, float4 v) {
+  return wg == 0 ? make_float2(v.x, v.y) : make_float2(v.z, v.w);
 }
 
-// O^T blocks b = 0, 1 hold dims of group 2 kWg, b = 2, 3 of group 2 kWg + 1: the block's
+// O^T blocks b = 0, 1 hold dims of group 2 wg, b = 2, 3 of group 2 wg + 1: the block's
 // M_g(old) / M_g(new) before its P V adds in (uniform over the warpgroup; rare: M_g only
 // grows).
-template <int kWg, int kAcc>
-__device__ __forceinline__ void rescale_groups(float (&o)[4][kAcc], const float4* factors, int stage) {
-  const float2 r = own_groups<kWg>(factors[3 * stage + 2]);
+template <int kAcc>
+__device__ __forceinline__ void rescale_groups(int wg, float (&o)[4][kAcc], const float4* factors, int stage) {
+  const float2 r = own_groups(wg, factors[3 * stage + 2]);
   if (r.x != 1.f || r.y != 1.f) {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
@@ -181,8 +180,7 @@ __device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, 
 // conversion per two values (the fp32 version was the largest item of the owner's
 // softmax, ncu). Tiles of this consumer's groups go to its own buffer, the other's over
 // the stage's rope boxes.
-template <int kWg>
-__device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __half2* ratios, uint8_t* own_p,
+__device__ __forceinline__ void write_p_tiles(int wg, const float (&pv)[32], const __half2* ratios, uint8_t* own_p,
                                               uint8_t* stage_rope, int r0, int r1, int lane) {
   __half2 h0[8], h1[8];  // rows r0, r1: tokens 8i + col_pair + {0, 1}
 #pragma unroll
@@ -196,7 +194,7 @@ __device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __hal
   };
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
-    uint8_t* tile = ((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<false>::kPBytes;
+    uint8_t* tile = ((g >> 1) == wg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<false>::kPBytes;
     const __half2* rg = ratios + g * 32 + lane % 4;  // token pair 4i + lane % 4
 #pragma unroll
     for (int gi = 0; gi < 4; ++gi) {
@@ -209,8 +207,8 @@ __device__ __forceinline__ void write_p_tiles(const float (&pv)[32], const __hal
   }
 }
 
-// O^T += V^T P_g^T over the block: M blocks b = 0, 1 take the P tile of group 2 kWg
-// (p_addr), b = 2, 3 that of 2 kWg + 1 (the next 4 KiB). One commit group; the caller waits.
+// O^T += V^T P_g^T over the block: M blocks b = 0, 1 take the P tile of group 2 wg
+// (p_addr), b = 2, 3 that of 2 wg + 1 (the next 4 KiB). One commit group; the caller waits.
 template <int kAcc>
 __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t p_addr) {
   constexpr uint32_t kPBytes = SmemLayoutT<kAcc == 8>::kPBytes;
@@ -290,16 +288,14 @@ struct BlockWideRows : fp8::WideRows<kQkBoxes> {
     inv_qs1 = 1.f / fp8::row_q_scale(p, it, r1);
   }
 
-  template <int kWg>
-  __device__ __forceinline__ void block_max(uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
+  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
                                             float*) {
     compute_s(q_desc, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
     mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
     block_row_max(s, mx0, mx1);
   }
 
-  template <int kWg>
-  __device__ __forceinline__ void write_p(const float*, const __half2* ratios, float4, uint8_t* own_p,
+  __device__ __forceinline__ void write_p(int wg, const float*, const __half2* ratios, float4, uint8_t* own_p,
                                          uint8_t* stage_rope, int lane) {
     const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
     float sum0 = 0.f, sum1 = 0.f;
@@ -314,7 +310,7 @@ struct BlockWideRows : fp8::WideRows<kQkBoxes> {
     }
     l0 = l0 * alpha0 + sum0;
     l1 = l1 * alpha1 + sum1;
-    write_p_tiles<kWg>(s, ratios, own_p, stage_rope, r0, r1, lane);
+    write_p_tiles(wg, s, ratios, own_p, stage_rope, r0, r1, lane);
   }
 };
 
@@ -329,17 +325,15 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
     for (int j = 0; j < 4; ++j) inv_qs[j] = 1.f / fp8::row_q_scale(p, it, row(n0, j));
   }
 
-  template <int kWg>
-  __device__ __forceinline__ void block_max(uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
+  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
                                             float* exchange) {
     compute_st(q_desc, stage_addr, scales, inv_qs, s);
-    reduce_block_max<kWg>(blk, exchange);
+    reduce_block_max(wg, blk, exchange);
   }
 
   // Tile g: P x scale_g[token] / M_g, in fp32 from the transposed scales (the lane's two
   // tokens; the wide rows' half2 ratio pairs are pairs of adjacent tokens, not these).
-  template <int kWg>
-  __device__ __forceinline__ void write_p(const float* scales, const __half2*, float4 inv_max, uint8_t* own_p,
+  __device__ __forceinline__ void write_p(int wg, const float* scales, const __half2*, float4 inv_max, uint8_t* own_p,
                                          uint8_t* stage_rope, int lane) {
     float pv[8];
     exponentials(pv);
@@ -348,22 +342,22 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
     for (int g = 0; g < kGroups; ++g) {
       const float inv = g == 0 ? inv_max.x : g == 1 ? inv_max.y : g == 2 ? inv_max.z : inv_max.w;
       const float2 factor = make_float2(scales[g * kBlockTokens + token] * inv, scales[g * kBlockTokens + token + 8] * inv);
-      store_p<true>(((g >> 1) == kWg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<true>::kPBytes, pv, factor);
+      store_p<true>(((g >> 1) == wg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<true>::kPBytes, pv, factor);
     }
   }
 };
 
 // kAcc: O^T accumulators per M block, 8 (at most 16 query rows: P V with N = 16) or 32;
 // consumer_fp8.cuh.
-template <int kWg, int kAcc>
-__device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem) {
-  constexpr int kOther = 1 - kWg;
+template <int kAcc>
+__device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem, int wg) {
+  const int other = 1 - wg;
   using SmemLayout = SmemLayoutT<kAcc == 8>;
   constexpr int kStages = SmemLayout::kStages;
   constexpr int kHandoverSlots = SmemLayout::kHandoverSlots;
   // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
   using Rows = std::conditional_t<kAcc == 8, BlockNarrowRows, BlockWideRows>;
-  const int tid = threadIdx.x - 128 * (kWg + 1);
+  const int tid = threadIdx.x - 128 * (wg + 1);
   const int warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
@@ -379,9 +373,9 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
   const float* row_scale = hand_over.row_scale;
   const float4* factors = reinterpret_cast<const float4*>(smem + SmemLayout::group_factors);
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
-  float* row_exchange = fp8::narrow_row_exchange(row_stats, kWg);
+  float* row_exchange = fp8::narrow_row_exchange(row_stats, wg);
   const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
-  uint8_t* own_p = smem + SmemLayout::own_p + kWg * 2 * SmemLayout::kPBytes;
+  uint8_t* own_p = smem + SmemLayout::own_p + wg * 2 * SmemLayout::kPBytes;
   const uint32_t own_p_addr = smem_addr(own_p);
   const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
   const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
@@ -389,7 +383,7 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
 
   int item_count = 0;
   int block_count = 0;
-  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
+  if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -419,20 +413,20 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       // The block's hand-over slot (SmemLayout::kHandoverSlots); the deferred block's is the one before.
       const int slot = block_count % kHandoverSlots;
       const int deferred_slot = (block_count + kHandoverSlots - 1) % kHandoverSlots;
-      if ((block_count & 1) != kWg) {
+      if ((block_count & 1) != wg) {
         if (!last) {
           deferred = true;
           continue;
         }
-        named_sync(fp8::kBarFp8StatsReady + kOther, kConsumerThreads);
+        named_sync(fp8::kBarFp8StatsReady + other, kConsumerThreads);
         const bool rescale = hand_over.rescale_flags[slot] != 0;
         rows.take_over(hand_over, slot, rescale);
-        named_sync(fp8::p_ready_barrier(kOther, block_count), kConsumerThreads);
+        named_sync(fp8::p_ready_barrier(other, block_count), kConsumerThreads);
         if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
-        rescale_groups<kWg, kAcc>(o, factors, stage);
-        group_max = own_groups<kWg>(factors[3 * stage]);
+        rescale_groups<kAcc>(wg, o, factors, stage);
+        group_max = own_groups(wg, factors[3 * stage]);
         uint32_t a[4][2][4];
-        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
         fence_fragments(a);
         issue_pv_grouped(o, a, stage_addr + kRopeBox * fp8::kBoxBytes);
         wgmma_wait<0>();
@@ -445,45 +439,45 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       const float* scales =
           reinterpret_cast<const float*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
       const __half2* ratios = reinterpret_cast<const __half2*>(smem + SmemLayout::p_ratios) + stage * kGroups * 32;
-      rows.template block_max<kWg>(q_desc, stage_addr, scales, blk, row_exchange);
+      rows.block_max(wg, q_desc, stage_addr, scales, blk, row_exchange);
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
-        named_sync(fp8::kBarFp8StatsReady + kOther, kConsumerThreads);
+        named_sync(fp8::kBarFp8StatsReady + other, kConsumerThreads);
         deferred_rescale = hand_over.rescale_flags[deferred_slot] != 0;
         rows.take_over(hand_over, deferred_slot, deferred_rescale);
       }
       // The hand-over first: the other consumer's next softmax waits only for it.
-      const bool rescale = rows.template publish<kWg>(hand_over, slot, tid);
+      const bool rescale = rows.publish(wg, hand_over, slot, tid);
       uint8_t* stage_rope = smem + SmemLayout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
-      rows.template write_p<kWg>(scales, ratios, factors[3 * stage + 1], own_p, stage_rope, lane);
+      rows.write_p(wg, scales, ratios, factors[3 * stage + 1], own_p, stage_rope, lane);
       fence_view_async_shared();
-      named_arrive(fp8::p_ready_barrier(kWg, block_count), kConsumerThreads);
+      named_arrive(fp8::p_ready_barrier(wg, block_count), kConsumerThreads);
       // Our own P V reads the tiles of all four of our warps.
-      named_sync(fp8::kBarFp8OwnerP + kWg, 128);
+      named_sync(fp8::kBarFp8OwnerP + wg, 128);
       uint32_t a_own[4][2][4];
       if (deferred) {
-        named_sync(fp8::p_ready_barrier(kOther, block_count - 1), kConsumerThreads);
+        named_sync(fp8::p_ready_barrier(other, block_count - 1), kConsumerThreads);
         const uint32_t deferred_addr = kv_addr + deferred_stage * kStageBytes;
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
-        rescale_groups<kWg, kAcc>(o, factors, deferred_stage);
+        rescale_groups<kAcc>(wg, o, factors, deferred_stage);
         uint32_t a_deferred[4][2][4];
-        load_vt_fragments<kWg>(deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
+        load_vt_fragments(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
         fence_fragments(a_deferred);
         issue_pv_grouped(o, a_deferred, deferred_addr + kRopeBox * fp8::kBoxBytes);
-        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
         wgmma_wait<0>();
         fp8::fence_accumulators(o);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
       } else {
-        load_vt_fragments<kWg>(stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
       }
       if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
-      rescale_groups<kWg, kAcc>(o, factors, stage);
-      if (last) group_max = own_groups<kWg>(factors[3 * stage]);
+      rescale_groups<kAcc>(wg, o, factors, stage);
+      if (last) group_max = own_groups(wg, factors[3 * stage]);
       issue_pv_grouped(o, a_own, own_p_addr);
       wgmma_wait<0>();
       fp8::fence_accumulators(o);
@@ -501,11 +495,11 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       o[3][i] *= group_max.y;
     }
     float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
-    rows.template publish_stats<kWg>(stats + kWg * kRowsPerCta, row_exchange, warp, lane);
+    rows.publish_stats(wg, stats + wg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
-    write_item_output_transposed(p, it, kWg, warp, lane, stats, 1.f, bad, o);
+    write_item_output_transposed(p, it, wg, warp, lane, stats, 1.f, bad, o);
   }
-  if (kWg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+  if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }
 
 }  // namespace kbmla::sm90::fp8_block

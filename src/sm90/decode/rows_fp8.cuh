@@ -88,8 +88,7 @@ __device__ __forceinline__ float row_q_scale(const DecodeParams& p, const Item& 
 // `slot`, the OR over its four warps of "a factor below 1" as the block's rescale flag
 // (both consumers then rescale O), and the arrival the other consumer's next softmax waits
 // for. Returns the flag.
-template <int kWg>
-__device__ __forceinline__ bool publish_hand_over(float* row_scale, float* row_max, volatile uint32_t* rescale_flags,
+__device__ __forceinline__ bool publish_hand_over(int wg, float* row_scale, float* row_max, volatile uint32_t* rescale_flags,
                                                   int slot, int tid, int r0, int r1, float alpha0, float alpha1,
                                                   float m0, float m1) {
   if (tid % 4 == 0) {
@@ -98,9 +97,9 @@ __device__ __forceinline__ bool publish_hand_over(float* row_scale, float* row_m
     row_max[slot * 64 + r0] = m0;
     row_max[slot * 64 + r1] = m1;
   }
-  const bool rescale = named_sync_or(kBarFp8OwnerP + kWg, 128, alpha0 != 1.f || alpha1 != 1.f);
+  const bool rescale = named_sync_or(kBarFp8OwnerP + wg, 128, alpha0 != 1.f || alpha1 != 1.f);
   if (tid == 0) rescale_flags[slot] = rescale;
-  named_arrive(kBarFp8StatsReady + kWg, kConsumerThreads);
+  named_arrive(kBarFp8StatsReady + wg, kConsumerThreads);
   return rescale;
 }
 
@@ -138,8 +137,7 @@ struct WideRows {
   }
 
   // S of the owner's block, masked, and its raw row maxima.
-  template <int kWg>
-  __device__ __forceinline__ void block_max(uint64_t q_desc, uint32_t stage_addr, int blk, float*) {
+  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, int blk, float*) {
     issue_s<QkBoxes>(q_desc, stage_addr, s);
     wgmma_wait<0>();
     sm90::fence_accumulators(s);
@@ -148,11 +146,10 @@ struct WideRows {
   }
 
   // The new reference maxima (f0, f1 >= 0, so max(s) x f = max(s x f)) and their hand-over.
-  template <int kWg>
-  __device__ __forceinline__ bool publish(const HandOver& h, int slot, int tid) {
+  __device__ __forceinline__ bool publish(int wg, const HandOver& h, int slot, int tid) {
     alpha0 = lazy_rescale(mx0 * f0, m0);
     alpha1 = lazy_rescale(mx1 * f1, m1);
-    return publish_hand_over<kWg>(h.row_scale, h.row_max, h.rescale_flags, slot, tid, r0, r1, alpha0, alpha1, m0, m1);
+    return publish_hand_over(wg, h.row_scale, h.row_max, h.rescale_flags, slot, tid, r0, r1, alpha0, alpha1, m0, m1);
   }
 
   // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
@@ -188,8 +185,7 @@ struct WideRows {
   }
 
   // (max, partial sum) of each row for the epilogue, in this consumer's 64 entries.
-  template <int kWg>
-  __device__ __forceinline__ void publish_stats(float2* stats, float*, int, int lane) {
+  __device__ __forceinline__ void publish_stats(int wg, float2* stats, float*, int, int lane) {
     publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1);
   }
 };
@@ -248,17 +244,15 @@ struct NarrowRows {
   // `exchange` is this consumer's [4 warps][16 rows] of shared memory; its 128-thread
   // barrier orders the writes before the reads, and the owner's P barrier (every own
   // block passes it) the reads before the next block's writes.
-  template <int kWg>
-  __device__ __forceinline__ void block_max(uint64_t q_desc, uint32_t stage_addr, int blk, float* exchange) {
+  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, int blk, float* exchange) {
     issue_st<QkBoxes>(q_desc, stage_addr, s);
     wgmma_wait<0>();
     sm90::fence_accumulators(s);
-    reduce_block_max<kWg>(blk, exchange);
+    reduce_block_max(wg, blk, exchange);
   }
 
   // The mask and the maxima of S^T once it is in s.
-  template <int kWg>
-  __device__ __forceinline__ void reduce_block_max(int blk, float* exchange) {
+  __device__ __forceinline__ void reduce_block_max(int wg, int blk, float* exchange) {
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
     if ((blk + 1) * kBlockTokens > mask_from) {
       const int key0 = blk * kBlockTokens + 16 * warp + lane / 4;
@@ -282,7 +276,7 @@ struct NarrowRows {
       *reinterpret_cast<float2*>(exchange + warp * 16 + n0) = make_float2(mx[0], mx[1]);
       *reinterpret_cast<float2*>(exchange + warp * 16 + n0 + 8) = make_float2(mx[2], mx[3]);
     }
-    named_sync(kBarFp8OwnerP + kWg, 128);
+    named_sync(kBarFp8OwnerP + wg, 128);
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
       const float2 lo = *reinterpret_cast<const float2*>(exchange + w * 16 + n0);
@@ -294,8 +288,7 @@ struct NarrowRows {
 
   // Every warp holds all 16 rows' maxima now: the factors are the same in every warp, and
   // warp 0's vote is the block's rescale flag.
-  template <int kWg>
-  __device__ __forceinline__ bool publish(const HandOver& h, int slot, int tid) {
+  __device__ __forceinline__ bool publish(int wg, const HandOver& h, int slot, int tid) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) alpha[j] = lazy_rescale(mx[j] * f[j], m[j]);
     if (tid < 4) {
@@ -307,7 +300,7 @@ struct NarrowRows {
     const bool rescale =
         __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f || alpha[2] != 1.f || alpha[3] != 1.f);
     if (tid == 0) h.rescale_flags[slot] = rescale;
-    named_arrive(kBarFp8StatsReady + kWg, kConsumerThreads);
+    named_arrive(kBarFp8StatsReady + wg, kConsumerThreads);
     return rescale;
   }
 
@@ -358,8 +351,7 @@ struct NarrowRows {
 
   // The per-lane partial sums reduced over the tokens (lanes l/4, then the warps through
   // `exchange`), and (max, sum) of each row for the epilogue.
-  template <int kWg>
-  __device__ __forceinline__ void publish_stats(float2* stats, float* exchange, int warp, int lane) {
+  __device__ __forceinline__ void publish_stats(int wg, float2* stats, float* exchange, int warp, int lane) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       l[j] += __shfl_xor_sync(0xffffffff, l[j], 4);
@@ -370,7 +362,7 @@ struct NarrowRows {
       *reinterpret_cast<float2*>(exchange + warp * 16 + n0) = make_float2(l[0], l[1]);
       *reinterpret_cast<float2*>(exchange + warp * 16 + n0 + 8) = make_float2(l[2], l[3]);
     }
-    named_sync(kBarFp8OwnerP + kWg, 128);
+    named_sync(kBarFp8OwnerP + wg, 128);
     if (warp == 0 && lane < 4) {
       float sum[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
