@@ -121,8 +121,11 @@ __device__ __forceinline__ void add_pv(int wg, float (&o)[4][kAcc], uint32_t sta
   fence_accumulators(o);
 }
 
-template <KernelMode Mode, int QkBoxes, int kAcc>
-__device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem, int wg) {
+// kFixedWg: this consumer's index as a constant (0, 1), or -1 to take `wg_arg` at run time
+// (kernel_fp8.cu, kTwoCopies, says when each is used).
+template <KernelMode Mode, int QkBoxes, int kAcc, int kFixedWg = -1>
+__device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem, int wg_arg) {
+  const int wg = kFixedWg >= 0 ? kFixedWg : wg_arg;
   const int other = 1 - wg;
   // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
   using Rows = std::conditional_t<kAcc == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;

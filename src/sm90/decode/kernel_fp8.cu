@@ -19,7 +19,14 @@ constexpr KernelMode kMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 
 // kAcc: O^T accumulators per M block and thread, 8 (at most 16 query rows: P V with N = 16)
 // or 32 (N = 64); consumer_fp8.cuh.
-template <int QkBoxes, int kAcc>
+// kTwoCopies: each consumer warpgroup runs its own inlined copy of the consumer code, its
+// index a constant, instead of one copy for both. One copy measured faster (fewer
+// instruction-fetch stalls) for tiles of up to 64 rows (lognormal_H16_Sq4 266 -> 250 us,
+// B4_Sq4 144 -> 128) but slower for the compute-bound 2-CTA cluster tiles (H128_L8192 180
+// -> 200 us, q_len 16 175 -> 191: the index in a register costs the wide consumer its last
+// registers, 28 bytes of spills); the clusters keep two copies (d_qk 576 only: d_qk 512
+// runs one, to keep the instantiations few).
+template <int QkBoxes, int kAcc, bool kTwoCopies>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                           const __grid_constant__ DecodeParams p) {
@@ -50,6 +57,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       grid_dependency_wait();  // the quantised Q
       run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     }
+  } else if (kTwoCopies) {
+    // Each consumer its own copy (the setmaxnreg in each branch, as ptxas allocates per
+    // region: one setmaxnreg before both copies spilled 192 bytes).
+    if (wg == 1) {
+      set_max_registers_inc<kConsumerRegs>();
+      grid_dependency_wait();  // the Q scales
+      run_consumer_fp8<kMode, QkBoxes, kAcc, 0>(p, smem, 0);
+    } else {
+      set_max_registers_inc<kConsumerRegs>();
+      grid_dependency_wait();
+      run_consumer_fp8<kMode, QkBoxes, kAcc, 1>(p, smem, 1);
+    }
   } else {
     // One call site for both consumers (wg 1, 2): one copy of their code, which both run
     // at once (two inlined copies made the kernel's hot code twice the size; ncu: 10 %
@@ -61,10 +80,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (p.cluster_size > 1) cluster_barrier();
 }
 
-template <int QkBoxes, int kAcc>
+template <int QkBoxes, int kAcc, bool kTwoCopies = false>
 void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
             bool after_quantiser) {
-  constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes, kAcc>;
+  constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes, kAcc, kTwoCopies>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   // After the Q quantiser, a programmatic dependent of it: the KV stream starts while Q
@@ -85,8 +104,9 @@ void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const Dec
     return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_map, p, grid, stream, after_quantiser)
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
   }
-  narrow ? fp8::launch<kQkBoxes, 8>(q_maps, kv_map, p, grid, stream, after_quantiser)
-         : fp8::launch<kQkBoxes, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
+  if (narrow) return fp8::launch<kQkBoxes, 8>(q_maps, kv_map, p, grid, stream, after_quantiser);
+  if (p.cluster_size > 1) return fp8::launch<kQkBoxes, 32, true>(q_maps, kv_map, p, grid, stream, after_quantiser);
+  fp8::launch<kQkBoxes, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90
