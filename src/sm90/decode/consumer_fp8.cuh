@@ -107,49 +107,88 @@ __device__ __forceinline__ void issue_pv(float (&o)[4][kAcc], uint32_t (&a)[4][2
   wgmma_commit();
 }
 
-// The P V of one block for this consumer's 256 dims: O^T rescaled by the block's row
-// factors when any differs from 1 (`rescale`, the owner's OR), then issue_pv and its wait.
-template <int kAcc>
-__device__ __forceinline__ void add_pv(int wg, float (&o)[4][kAcc], uint32_t stage_addr, uint32_t zero_addr,
-                                       const float* scale, bool rescale, int valid_tokens, int warp, int lane) {
-  if (rescale) rescale_ot(o, scale, 2 * (lane % 4));
-  uint32_t a[4][2][4];
-  load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
-  fence_fragments(a);
-  issue_pv(o, a, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
-  wgmma_wait<0>();
-  fence_accumulators(o);
-}
+// What the per-tensor fp8 kernel's consumers do differently from the per-block kernel's
+// (consumer_fp8_block.cuh, PerBlockScaling), for run_consumer_loop: the stage wait, the
+// hand-over slot (one per stage), S and P of the owner's block (Rows: S = Q K^T or, for at
+// most 16 rows, S^T), one P tile per block over the stage's rope box, O scaled by kv_scale
+// in the epilogue.
+template <int QkBoxes, int kAcc_>
+struct PerTensorScaling {
+  using Layout = SmemLayout;
+  using Rows = std::conditional_t<kAcc_ == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
+  static constexpr int kAcc = kAcc_;
+  static constexpr int kStages = fp8::kStages;
+  static constexpr int kSlots = fp8::kStages;  // the hand-over of a block lives with its stage
+  static constexpr uint32_t kStageBytes = kTileBytes;
+  uint64_t* full;
+  uint8_t* kv;
+  float kv_scale;
 
-// kFixedWg: this consumer's index as a constant (0, 1), or -1 to take `wg_arg` at run time
-// (kernel_fp8.cu, kTwoCopies, says when each is used).
-template <KernelMode Mode, int QkBoxes, int kAcc, int kFixedWg = -1>
-__device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem, int wg_arg) {
+  __device__ __forceinline__ PerTensorScaling(const DecodeParams& p, uint8_t* smem)
+      : full(reinterpret_cast<uint64_t*>(smem + Layout::barriers) + 2), kv(smem + Layout::kv), kv_scale(*p.kv_scale) {}
+
+  __device__ __forceinline__ void wait_stage(int stage, uint32_t phase) const { Mbarrier::wait(full + stage, phase); }
+  __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it) const {
+    rows.begin_item(p, it, kv_scale);
+  }
+  __device__ __forceinline__ void block_max(Rows& rows, int wg, uint64_t q_desc, uint32_t stage_addr, int, int blk,
+                                            float* exchange) const {
+    rows.block_max(wg, q_desc, stage_addr, blk, exchange);
+  }
+  // P over the stage's rope box (S, the only reader of that box, has completed).
+  __device__ __forceinline__ void write_p(Rows& rows, int, int stage, int warp, int lane) const {
+    rows.write_p(kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
+  }
+  template <int N>
+  __device__ __forceinline__ void begin_o(float (&)[4][N]) {}
+  template <int N>
+  __device__ __forceinline__ void before_pv(float (&)[4][N], int, int, bool) {}
+  template <int N>
+  __device__ __forceinline__ void issue_pv_other(float (&o)[4][N], uint32_t (&a)[4][2][4], uint32_t stage_addr,
+                                                 int) const {
+    issue_pv(o, a, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
+  }
+  template <int N>
+  __device__ __forceinline__ void issue_pv_own(float (&o)[4][N], uint32_t (&a)[4][2][4], uint32_t stage_addr,
+                                               int wg) const {
+    issue_pv_other(o, a, stage_addr, wg);
+  }
+  template <int N>
+  __device__ __forceinline__ void finish_o(float (&)[4][N]) const {}
+  __device__ __forceinline__ float out_scale() const { return kv_scale; }
+};
+
+// The consumer loop of both fp8 kernels (the top of this file says how the two consumers
+// share the blocks); Scaling supplies what the cache formats do differently. kFixedWg: this
+// consumer's index as a constant (0, 1), or -1 to take `wg_arg` at run time (kernel_fp8.cu,
+// kTwoCopies, says when each is used).
+template <KernelMode Mode, int kFixedWg, class Scaling>
+__device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t* smem, int wg_arg, Scaling sc) {
+  using Layout = typename Scaling::Layout;
+  constexpr int kAcc = Scaling::kAcc;
+  constexpr int kStages = Scaling::kStages;
+  constexpr int kSlots = Scaling::kSlots;
   const int wg = kFixedWg >= 0 ? kFixedWg : wg_arg;
   const int other = 1 - wg;
-  // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
-  using Rows = std::conditional_t<kAcc == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
   const int tid = threadIdx.x - 128 * (wg + 1);
   const int warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
-  uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
-  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  // The owner's hand-over of the block in each stage (config_fp8.hpp).
-  const HandOver hand_over{reinterpret_cast<float*>(smem + SmemLayout::row_scale),
-                           reinterpret_cast<float*>(smem + SmemLayout::row_max),
-                           reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags)};
+  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + Layout::stage_flags);
+  // The owner's hand-over of each block, in its slot (config_fp8.hpp, config_fp8_block.hpp).
+  const HandOver hand_over{reinterpret_cast<float*>(smem + Layout::row_scale),
+                           reinterpret_cast<float*>(smem + Layout::row_max),
+                           reinterpret_cast<uint32_t*>(smem + Layout::rescale_flags)};
   const float* row_scale = hand_over.row_scale;
-  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][consumer][64]
-  float* row_exchange = fp8::narrow_row_exchange(row_stats, wg);
-  const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
-  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
-  const float kv_scale = *p.kv_scale;
-  Rows rows(warp, lane);
+  float2* row_stats = reinterpret_cast<float2*>(smem + Layout::row_stats);  // [parity][consumer][64]
+  float* row_exchange = narrow_row_exchange(row_stats, wg);
+  const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + Layout::q));
+  const uint32_t kv_addr = smem_addr(smem + Layout::kv);
+  const uint32_t zero_addr = smem_addr(smem + Layout::zero_row);
+  typename Scaling::Rows rows(warp, lane);
 
   int item_count = 0;
   int block_count = 0;
@@ -159,7 +198,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
     // (Context-parallel positions are checked by the Q loader thread.)
-    rows.begin_item(p, it, kv_scale);
+    sc.begin_item(rows, p, it);
     Mbarrier::wait(q_full, item_count & 1);
 
     float o[4][kAcc];
@@ -168,6 +207,7 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
 #pragma unroll
       for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
+    sc.begin_o(o);
     bool bad = false;
     // The other's block just before this one (same item) waits for its P V until after
     // this consumer's next softmax.
@@ -175,43 +215,53 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
 
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
-      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      sc.wait_stage(stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
       if constexpr (Mode == KernelMode::kLoadOnly) {
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
-      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+      const uint32_t stage_addr = kv_addr + stage * Scaling::kStageBytes;
       const int valid_tokens = it.seqlen - blk * kBlockTokens;
+      const bool last = blk + 1 == it.blk_end;
+      // The hand-over slots of this block and of the deferred one (the block before).
+      const int slot = block_count % kSlots;
+      const int deferred_slot = (block_count + kSlots - 1) % kSlots;
       if ((block_count & 1) != wg) {
         // The other consumer's block: deferred, unless it ends the item.
-        if (blk + 1 < it.blk_end) {
+        if (!last) {
           deferred = true;
           continue;
         }
         named_sync(kBarFp8StatsReady + other, kConsumerThreads);
-        const bool rescale = hand_over.rescale_flags[stage] != 0;
-        rows.take_over(hand_over, stage, rescale);
+        const bool rescale = hand_over.rescale_flags[slot] != 0;
+        rows.take_over(hand_over, slot, rescale);
         named_sync(p_ready_barrier(other, block_count), kConsumerThreads);
-        add_pv(wg, o, stage_addr, zero_addr, row_scale + stage * 64, rescale, valid_tokens, warp, lane);
+        if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
+        sc.before_pv(o, wg, stage, true);
+        uint32_t a[4][2][4];
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
+        fence_fragments(a);
+        sc.issue_pv_other(o, a, stage_addr, wg);
+        wgmma_wait<0>();
+        fence_accumulators(o);
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
 
       // Own block: S, the online softmax, P.
-      rows.block_max(wg, q_desc, stage_addr, blk, row_exchange);
+      sc.block_max(rows, wg, q_desc, stage_addr, stage, blk, row_exchange);
       // The deferred block is the one before this, in the stage before this one.
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
       if (deferred) {
         named_sync(kBarFp8StatsReady + other, kConsumerThreads);
-        deferred_rescale = hand_over.rescale_flags[deferred_stage] != 0;
-        rows.take_over(hand_over, deferred_stage, deferred_rescale);
+        deferred_rescale = hand_over.rescale_flags[deferred_slot] != 0;
+        rows.take_over(hand_over, deferred_slot, deferred_rescale);
       }
       // The hand-over first: the other consumer's next softmax waits only for it.
-      const bool rescale = rows.publish(wg, hand_over, stage, tid);
-      // P over the stage's rope box (S, the only reader of that box, has completed).
-      rows.write_p(smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
+      const bool rescale = rows.publish(wg, hand_over, slot, tid);
+      sc.write_p(rows, wg, stage, warp, lane);
       fence_view_async_shared();
       named_arrive(p_ready_barrier(wg, block_count), kConsumerThreads);
       // Our own P V reads the P of all four of our warps.
@@ -221,12 +271,13 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
       uint32_t a_own[4][2][4];
       if (deferred) {
         named_sync(p_ready_barrier(other, block_count - 1), kConsumerThreads);
-        const uint32_t deferred_addr = kv_addr + deferred_stage * kTileBytes;
-        if (deferred_rescale) rescale_ot(o, row_scale + deferred_stage * 64, col_pair);
+        const uint32_t deferred_addr = kv_addr + deferred_stage * Scaling::kStageBytes;
+        if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
+        sc.before_pv(o, wg, deferred_stage, false);
         uint32_t a_deferred[4][2][4];
         load_vt_fragments(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
         fence_fragments(a_deferred);
-        issue_pv(o, a_deferred, desc_k_major_sw64(deferred_addr + kPBox * kBoxBytes));
+        sc.issue_pv_other(o, a_deferred, deferred_addr, wg);
         load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
         wgmma_wait<0>();
@@ -237,8 +288,9 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
         load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
       }
-      if (rescale) rescale_ot(o, row_scale + stage * 64, col_pair);
-      issue_pv(o, a_own, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
+      if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
+      sc.before_pv(o, wg, stage, last);
+      sc.issue_pv_own(o, a_own, stage_addr, wg);
       wgmma_wait<0>();
       fence_accumulators(o);
       release_stage(empty + stage, lane, p.cluster_size);
@@ -246,14 +298,20 @@ __device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t*
     Mbarrier::arrive(q_empty);
     ++item_count;
 
+    sc.finish_o(o);
     // Row statistics: each consumer's (max, partial sum); the maxima agree (each took the
     // other's over with its blocks).
     float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
     rows.publish_stats(wg, stats + wg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
-    write_item_output_transposed(p, it, wg, warp, lane, stats, kv_scale, bad, o);
+    write_item_output_transposed(p, it, wg, warp, lane, stats, sc.out_scale(), bad, o);
   }
   if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+}
+
+template <KernelMode Mode, int QkBoxes, int kAcc, int kFixedWg = -1>
+__device__ __forceinline__ void run_consumer_fp8(const DecodeParams& p, uint8_t* smem, int wg) {
+  run_consumer_loop<Mode, kFixedWg>(p, smem, wg, PerTensorScaling<QkBoxes, kAcc>(p, smem));
 }
 
 }  // namespace kbmla::sm90::fp8

@@ -1,7 +1,7 @@
 // Roles of the per-block-scale fp8 kernel (config_fp8_block.hpp) that differ from the
-// per-tensor kernel's (consumer_fp8.cuh, whose fragment layouts, ownership alternation and
-// deferred P V they keep): the scale helper warp, S with its per-group fold, the four P
-// tiles, and P V with the group factors.
+// per-tensor kernel's (consumer_fp8.cuh, whose consumer loop, fragment layouts, ownership
+// alternation and deferred P V they share through PerBlockScaling): the scale helper warp,
+// S with its per-group fold, the four P tiles, and P V with the group factors.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -20,8 +20,9 @@ using fp8::swizzled64;
 // maximum of each group's scales over the block's real tokens (lane l reads tokens l and
 // l + 32), the running maximum M_g over the item's blocks (at least FLT_MIN, so that 1 / M_g
 // is finite) and the O factors (SmemLayout::group_factors); the scales transposed in place
-// to [group][token] (the fold's 8-byte loads) and the P factors scale_g[t] / M_g as half2
-// pairs of tokens (SmemLayout::p_ratios); then the stage's ready barrier. Rows past the
+// to [group][token] (the fold's 8-byte loads) and, for the wide rows, the P factors
+// scale_g[t] / M_g as half2 pairs of tokens (SmemLayout::p_ratios); then the stage's ready
+// barrier. Rows past the
 // request's last token may hold anything: their scales become 0.
 template <bool kNarrow>
 __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t* smem) {
@@ -75,8 +76,9 @@ __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t*
       scales[3 * kBlockTokens + lane + 32] = b.w;
       __syncwarp();
       __half2* ratios = reinterpret_cast<__half2*>(smem + SmemLayout::p_ratios) + stage * kGroups * 32;
+      // (The narrow rows' P factors are per lane token, from the scales: no pairs.)
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
+      for (int g = 0; g < (kNarrow ? 0 : kGroups); ++g) {
         const float2 pair = reinterpret_cast<const float2*>(scales + g * kBlockTokens)[lane];
         const float f = g == 0 ? inv.x : g == 1 ? inv.y : g == 2 ? inv.z : inv.w;
         ratios[g * 32 + lane] = __floats2half2_rn(pair.x * f, pair.y * f);
@@ -252,22 +254,26 @@ __device__ __forceinline__ void compute_st(uint64_t q_desc, uint32_t stage_addr,
     }
   }
   wgmma_commit();
+  // The lane's scales load while the products run.
+  const int token = 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
+  float sc[2][kGroups];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) sc[h][g] = scales[g * kBlockTokens + token + 8 * h];
+  }
   wgmma_wait<0>();
   sm90::fence_accumulators(s);
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) sm90::fence_accumulators(t[g]);
-  const int token = 16 * ((threadIdx.x / 32) % 4) + (threadIdx.x % 32) / 4;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    float sc[kGroups];
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) sc[g] = scales[g * kBlockTokens + token + 8 * h];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int k = 4 * (j >> 1) + 2 * h + (j & 1);
       float x = s[k] * inv_qs[j];
 #pragma unroll
-      for (int g = 0; g < kGroups; ++g) x = fmaf(t[g][k], sc[g], x);
+      for (int g = 0; g < kGroups; ++g) x = fmaf(t[g][k], sc[h][g], x);
       s[k] = x;
     }
   }
@@ -347,146 +353,69 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
   }
 };
 
-// kAcc: O^T accumulators per M block, 8 (at most 16 query rows: P V with N = 16) or 32;
-// consumer_fp8.cuh.
-template <int kAcc>
-__device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem, int wg) {
-  const int other = 1 - wg;
-  using SmemLayout = SmemLayoutT<kAcc == 8>;
-  constexpr int kStages = SmemLayout::kStages;
-  constexpr int kHandoverSlots = SmemLayout::kHandoverSlots;
-  // At most 16 rows (kAcc 8): S^T with the rows as N; else S with the rows as M.
-  using Rows = std::conditional_t<kAcc == 8, BlockNarrowRows, BlockWideRows>;
-  const int tid = threadIdx.x - 128 * (wg + 1);
-  const int warp = tid / 32, lane = tid % 32;
-  const int col_pair = 2 * (lane % 4);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
-  uint64_t* q_full = bars + 0;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* full = bars + 2;
-  uint64_t* empty = bars + 2 + kStages;
-  uint64_t* ready = bars + 2 + 2 * kStages;
-  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  const fp8::HandOver hand_over{reinterpret_cast<float*>(smem + SmemLayout::row_scale),
-                                reinterpret_cast<float*>(smem + SmemLayout::row_max),
-                                reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags)};
-  const float* row_scale = hand_over.row_scale;
-  const float4* factors = reinterpret_cast<const float4*>(smem + SmemLayout::group_factors);
-  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
-  float* row_exchange = fp8::narrow_row_exchange(row_stats, wg);
-  const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + SmemLayout::q));
-  uint8_t* own_p = smem + SmemLayout::own_p + wg * 2 * SmemLayout::kPBytes;
-  const uint32_t own_p_addr = smem_addr(own_p);
-  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
-  Rows rows(warp, lane);
+// What the per-block kernel's consumers do differently from the per-tensor kernel's, for
+// fp8::run_consumer_loop: the stage waits also for the scale helper, hand-over slots
+// block_count % 3, S from the group fold and four P tiles (Rows), P V per group (this
+// consumer's own P tiles in its buffer, the other's over the stage's rope boxes) with the
+// groups' factors, O of each group times M_g at the end. kAcc: O^T accumulators per M block,
+// 8 (at most 16 query rows: P V with N = 16) or 32; consumer_fp8.cuh.
+template <int kAcc_>
+struct PerBlockScaling {
+  using Layout = SmemLayoutT<kAcc_ == 8>;
+  using Rows = std::conditional_t<kAcc_ == 8, BlockNarrowRows, BlockWideRows>;
+  static constexpr int kAcc = kAcc_;
+  static constexpr int kStages = Layout::kStages;
+  static constexpr int kSlots = Layout::kHandoverSlots;
+  static constexpr uint32_t kStageBytes = fp8_block::kStageBytes;
+  uint64_t* bars;
+  uint8_t* smem;
+  const float4* factors;
+  float2 group_max;  // M_g of this consumer's groups after the item's last block
 
-  int item_count = 0;
-  int block_count = 0;
-  if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
-  TileWalker walker(p);
-  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
-    if (!it.run) continue;
+  __device__ __forceinline__ PerBlockScaling(const DecodeParams&, uint8_t* smem_)
+      : bars(reinterpret_cast<uint64_t*>(smem_ + Layout::barriers)),
+        smem(smem_),
+        factors(reinterpret_cast<const float4*>(smem_ + Layout::group_factors)),
+        group_max(make_float2(1.f, 1.f)) {}
+
+  __device__ __forceinline__ const float* scales(int stage) const {
+    return reinterpret_cast<const float*>(smem + Layout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
+  }
+  __device__ __forceinline__ uint8_t* own_p(int wg) const { return smem + Layout::own_p + wg * 2 * Layout::kPBytes; }
+
+  // The helper's factors of the stage, then its data.
+  __device__ __forceinline__ void wait_stage(int stage, uint32_t phase) const {
+    Mbarrier::wait(bars + 2 + 2 * kStages + stage, phase);
+    Mbarrier::wait(bars + 2 + stage, phase);
+  }
+  __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it) const {
     rows.begin_item(p, it);
-    Mbarrier::wait(q_full, item_count & 1);
-
-    float o[4][kAcc];
-#pragma unroll
-    for (int b = 0; b < 4; ++b) {
-#pragma unroll
-      for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
-    }
-    float2 group_max = make_float2(1.f, 1.f);  // M_g of this consumer's groups after the item's last block
-    bool bad = false;
-    bool deferred = false;
-
-    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kStages;
-      const uint32_t phase = (block_count / kStages) & 1;
-      Mbarrier::wait(ready + stage, phase);
-      Mbarrier::wait(full + stage, phase);
-      bad |= stage_flags[stage] != 0;
-      const uint32_t stage_addr = kv_addr + stage * kStageBytes;
-      const int valid_tokens = it.seqlen - blk * kBlockTokens;
-      const bool last = blk + 1 == it.blk_end;
-      // The block's hand-over slot (SmemLayout::kHandoverSlots); the deferred block's is the one before.
-      const int slot = block_count % kHandoverSlots;
-      const int deferred_slot = (block_count + kHandoverSlots - 1) % kHandoverSlots;
-      if ((block_count & 1) != wg) {
-        if (!last) {
-          deferred = true;
-          continue;
-        }
-        named_sync(fp8::kBarFp8StatsReady + other, kConsumerThreads);
-        const bool rescale = hand_over.rescale_flags[slot] != 0;
-        rows.take_over(hand_over, slot, rescale);
-        named_sync(fp8::p_ready_barrier(other, block_count), kConsumerThreads);
-        if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
-        rescale_groups<kAcc>(wg, o, factors, stage);
-        group_max = own_groups(wg, factors[3 * stage]);
-        uint32_t a[4][2][4];
-        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
-        fence_fragments(a);
-        issue_pv_grouped(o, a, stage_addr + kRopeBox * fp8::kBoxBytes);
-        wgmma_wait<0>();
-        fp8::fence_accumulators(o);
-        release_stage(empty + stage, lane, p.cluster_size);
-        continue;
-      }
-
-      // Own block: S, the online softmax, the P tiles.
-      const float* scales =
-          reinterpret_cast<const float*>(smem + SmemLayout::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
-      const __half2* ratios = reinterpret_cast<const __half2*>(smem + SmemLayout::p_ratios) + stage * kGroups * 32;
-      rows.block_max(wg, q_desc, stage_addr, scales, blk, row_exchange);
-      const int deferred_stage = (block_count + kStages - 1) % kStages;
-      bool deferred_rescale = false;
-      if (deferred) {
-        named_sync(fp8::kBarFp8StatsReady + other, kConsumerThreads);
-        deferred_rescale = hand_over.rescale_flags[deferred_slot] != 0;
-        rows.take_over(hand_over, deferred_slot, deferred_rescale);
-      }
-      // The hand-over first: the other consumer's next softmax waits only for it.
-      const bool rescale = rows.publish(wg, hand_over, slot, tid);
-      uint8_t* stage_rope = smem + SmemLayout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
-      rows.write_p(wg, scales, ratios, factors[3 * stage + 1], own_p, stage_rope, lane);
-      fence_view_async_shared();
-      named_arrive(fp8::p_ready_barrier(wg, block_count), kConsumerThreads);
-      // Our own P V reads the tiles of all four of our warps.
-      named_sync(fp8::kBarFp8OwnerP + wg, 128);
-      uint32_t a_own[4][2][4];
-      if (deferred) {
-        named_sync(fp8::p_ready_barrier(other, block_count - 1), kConsumerThreads);
-        const uint32_t deferred_addr = kv_addr + deferred_stage * kStageBytes;
-        if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
-        rescale_groups<kAcc>(wg, o, factors, deferred_stage);
-        uint32_t a_deferred[4][2][4];
-        load_vt_fragments(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
-        fence_fragments(a_deferred);
-        issue_pv_grouped(o, a_deferred, deferred_addr + kRopeBox * fp8::kBoxBytes);
-        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
-        fence_fragments(a_own);
-        wgmma_wait<0>();
-        fp8::fence_accumulators(o);
-        release_stage(empty + deferred_stage, lane, p.cluster_size);
-        deferred = false;
-      } else {
-        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
-        fence_fragments(a_own);
-      }
-      if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
-      rescale_groups<kAcc>(wg, o, factors, stage);
-      if (last) group_max = own_groups(wg, factors[3 * stage]);
-      issue_pv_grouped(o, a_own, own_p_addr);
-      wgmma_wait<0>();
-      fp8::fence_accumulators(o);
-      release_stage(empty + stage, lane, p.cluster_size);
-    }
-    Mbarrier::arrive(q_empty);
-    ++item_count;
-
-    // O of group g is in units of M_g.
+  }
+  __device__ __forceinline__ void block_max(Rows& rows, int wg, uint64_t q_desc, uint32_t stage_addr, int stage,
+                                            int blk, float* exchange) const {
+    rows.block_max(wg, q_desc, stage_addr, scales(stage), blk, exchange);
+  }
+  __device__ __forceinline__ void write_p(Rows& rows, int wg, int stage, int, int lane) const {
+    const __half2* ratios = reinterpret_cast<const __half2*>(smem + Layout::p_ratios) + stage * kGroups * 32;
+    uint8_t* stage_rope = smem + Layout::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes;
+    rows.write_p(wg, scales(stage), ratios, factors[3 * stage + 1], own_p(wg), stage_rope, lane);
+  }
+  __device__ __forceinline__ void begin_o(float (&)[4][kAcc]) { group_max = make_float2(1.f, 1.f); }
+  // O of each group times M_g(old) / M_g(new) before the block's P V; the item's last block
+  // sets the groups' final M_g.
+  __device__ __forceinline__ void before_pv(float (&o)[4][kAcc], int wg, int stage, bool last) {
+    rescale_groups(wg, o, factors, stage);
+    if (last) group_max = own_groups(wg, factors[3 * stage]);
+  }
+  __device__ __forceinline__ void issue_pv_other(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t stage_addr,
+                                                 int) const {
+    issue_pv_grouped(o, a, stage_addr + kRopeBox * fp8::kBoxBytes);
+  }
+  __device__ __forceinline__ void issue_pv_own(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t, int wg) const {
+    issue_pv_grouped(o, a, smem_addr(own_p(wg)));
+  }
+  // O of group g is in units of M_g.
+  __device__ __forceinline__ void finish_o(float (&o)[4][kAcc]) const {
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
       o[0][i] *= group_max.x;
@@ -494,12 +423,13 @@ __device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, ui
       o[2][i] *= group_max.y;
       o[3][i] *= group_max.y;
     }
-    float2* stats = row_stats + (item_count & 1) * 2 * kRowsPerCta;
-    rows.publish_stats(wg, stats + wg * kRowsPerCta, row_exchange, warp, lane);
-    named_sync(kBarRowStats, kConsumerThreads);
-    write_item_output_transposed(p, it, wg, warp, lane, stats, 1.f, bad, o);
   }
-  if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+  __device__ __forceinline__ float out_scale() const { return 1.f; }
+};
+
+template <int kAcc>
+__device__ __forceinline__ void run_consumer_fp8_block(const DecodeParams& p, uint8_t* smem, int wg) {
+  fp8::run_consumer_loop<KernelMode::kFull, -1>(p, smem, wg, PerBlockScaling<kAcc>(p, smem));
 }
 
 }  // namespace kbmla::sm90::fp8_block

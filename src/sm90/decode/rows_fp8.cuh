@@ -36,30 +36,23 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
   return lo | (hi << 16);
 }
 
-// S (64 x 64) = Q K^T of the stage at stage_addr: 18 (d_qk 576) or 16 (512) k-steps of
-// 32, two per 64-byte box; one commit group.
-template <int QkBoxes>
-__device__ __forceinline__ void issue_s(uint64_t q_desc, uint32_t stage_addr, float (&s)[32]) {
+// The owner's S of the stage at stage_addr: 18 (d_qk 576) or 16 (512) k-steps of 32, two
+// per 64-byte box; one commit group. N = 32 accumulators: S (64 rows x 64 tokens) = Q K^T;
+// N = 8: S^T (64 tokens x 16 rows) = K Q^T, the stage as A and the first 16 rows of the Q
+// tile as B (both K-major, as the tiles are).
+template <int QkBoxes, int N>
+__device__ __forceinline__ void issue_s(uint64_t q_desc, uint32_t stage_addr, float (&s)[N]) {
+  static_assert(N == 32 || N == 8, "S (rows as M) or S^T (rows as N = 16)");
   const uint64_t k_desc = desc_k_major_sw64(stage_addr);
   wgmma_fence();
 #pragma unroll
   for (int k = 0; k < QkBoxes * 2; ++k) {
     const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
-    wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
-  }
-  wgmma_commit();
-}
-
-// S^T (64 tokens x 16 rows) = K Q^T: the same k-steps with the stage as A and the first 16
-// rows of the Q tile as B (both K-major, as the tiles are).
-template <int QkBoxes>
-__device__ __forceinline__ void issue_st(uint64_t q_desc, uint32_t stage_addr, float (&s)[8]) {
-  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
-  wgmma_fence();
-#pragma unroll
-  for (int k = 0; k < QkBoxes * 2; ++k) {
-    const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
-    wgmma_kq_fp8(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
+    if constexpr (N == 32) {
+      wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
+    } else {
+      wgmma_kq_fp8(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
+    }
   }
   wgmma_commit();
 }
@@ -245,7 +238,7 @@ struct NarrowRows {
   // barrier orders the writes before the reads, and the owner's P barrier (every own
   // block passes it) the reads before the next block's writes.
   __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, int blk, float* exchange) {
-    issue_st<QkBoxes>(q_desc, stage_addr, s);
+    issue_s<QkBoxes>(q_desc, stage_addr, s);
     wgmma_wait<0>();
     sm90::fence_accumulators(s);
     reduce_block_max(wg, blk, exchange);
