@@ -20,9 +20,11 @@
 // Roles (384 threads, one CTA per SM):
 //   warpgroup 0  producer: warp 0 streams the KV stages (TMA; cp.async for one-token
 //                pages), thread 32 the Q tiles
-//   warpgroups 1, 2  consumers 0 and 1: in turn per KV block, S = Q K^T (64 x 64, 18
-//                k-steps of 32), online softmax, P (e4m3) with the per-row factors and
-//                maxima to shared memory; each O^T for its 256 dims (consumer_fp8.cuh)
+//   warpgroups 1, 2  consumers 0 and 1 (one copy of their code, the index at run time,
+//                but for 2-CTA clusters): in turn per KV block, S = Q K^T (64 x 64, 18
+//                k-steps of 32; S^T = K Q^T, 64 tokens x 16 rows, for tiles of at most
+//                16 rows: rows_fp8.cuh), online softmax, P (e4m3) with the per-row factors
+//                and maxima to shared memory; each O^T for its 256 dims (consumer_fp8.cuh)
 // Every tile has 64-byte rows and the 64-byte swizzle (16-byte chunk index XOR bits 7..8
 // of the address, i.e. (row / 2) % 4 for 64-byte rows).
 //

@@ -347,7 +347,8 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
       const float inv = g == 0 ? inv_max.x : g == 1 ? inv_max.y : g == 2 ? inv_max.z : inv_max.w;
-      const float2 factor = make_float2(scales[g * kBlockTokens + token] * inv, scales[g * kBlockTokens + token + 8] * inv);
+      const float* sg = scales + g * kBlockTokens;
+      const float2 factor = make_float2(sg[token] * inv, sg[token + 8] * inv);
       store_p<true>(((g >> 1) == wg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<true>::kPBytes, pv, factor);
     }
   }

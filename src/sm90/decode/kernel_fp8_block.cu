@@ -62,7 +62,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace fp8_block
 
-static_assert(fp8_block::SmemLayoutT<true>::kQRows == kFp8BlockNarrowQRows, "the host encodes the Q boxes the narrow kernel's tile has");
+static_assert(fp8_block::SmemLayoutT<true>::kQRows == kFp8BlockNarrowQRows,
+              "the host encodes the Q boxes the narrow kernel's tile has");
 
 namespace {
 template <int kAcc>

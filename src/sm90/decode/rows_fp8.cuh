@@ -81,9 +81,9 @@ __device__ __forceinline__ float row_q_scale(const DecodeParams& p, const Item& 
 // `slot`, the OR over its four warps of "a factor below 1" as the block's rescale flag
 // (both consumers then rescale O), and the arrival the other consumer's next softmax waits
 // for. Returns the flag.
-__device__ __forceinline__ bool publish_hand_over(int wg, float* row_scale, float* row_max, volatile uint32_t* rescale_flags,
-                                                  int slot, int tid, int r0, int r1, float alpha0, float alpha1,
-                                                  float m0, float m1) {
+__device__ __forceinline__ bool publish_hand_over(int wg, float* row_scale, float* row_max,
+                                                  volatile uint32_t* rescale_flags, int slot, int tid, int r0, int r1,
+                                                  float alpha0, float alpha1, float m0, float m1) {
   if (tid % 4 == 0) {
     row_scale[slot * 64 + r0] = alpha0;
     row_scale[slot * 64 + r1] = alpha1;
@@ -321,7 +321,8 @@ struct NarrowRows {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int k = 4 * (j >> 1) + (j & 1);
-      const float2 x = kScaled ? make_float2(pv[k] * t_factor.x, pv[k + 2] * t_factor.y) : make_float2(pv[k], pv[k + 2]);
+      const float2 x =
+          kScaled ? make_float2(pv[k] * t_factor.x, pv[k + 2] * t_factor.y) : make_float2(pv[k], pv[k + 2]);
       pair[j] = __nv_cvt_float2_to_fp8x2(x, __NV_SATFINITE, __NV_E4M3);
     }
     // The even lane keeps rows j = 0, 2 and sends 1, 3; the odd lane the other way round.
