@@ -143,8 +143,11 @@ class KvCache {
   int page_size() const { return page_size_; }
   int d_qk() const { return d_qk_; }
   KvDtype dtype() const { return dtype_; }
+  // The TMA descriptors (CUtensorMap): the latent (and rope) columns, and a second one:
+  // kFp8E4m3PerBlock the scales, kFp8E4m3 with d_qk 576 the rope columns (the latent map
+  // has 128-byte boxes, the rope part 64 bytes).
   const void* tensor_map() const { return tensor_map_; }
-  const void* scale_tensor_map() const { return scale_map_; }  // kFp8E4m3PerBlock: the scales' map
+  const void* aux_tensor_map() const { return aux_map_; }
 
  private:
   const void* data_;
@@ -153,7 +156,7 @@ class KvCache {
   int d_qk_;
   KvDtype dtype_;
   alignas(64) unsigned char tensor_map_[128];
-  alignas(64) unsigned char scale_map_[128];
+  alignas(64) unsigned char aux_map_[128];
 };
 
 // Element strides of a [batch, q_len, heads, ...] tensor whose last dimension is dense.

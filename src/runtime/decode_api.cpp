@@ -475,10 +475,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
   // Small pages are gathered row by row (bf16: below kGatherBelowPage tokens, for speed;
-  // fp8: one-token pages, whose 64-byte rows TMA cannot place; fp8 with per-block scales:
-  // pages below 8 tokens, whose 16-byte scale rows would land off the 128-byte alignment
-  // TMA needs).
-  p.gather_rows = fp8 ? c.page_size == 1 : per_block ? c.page_size < 8 : c.page_size < sm90::kGatherBelowPage;
+  // fp8: pages below 8 tokens, whose 128-byte swizzled boxes would start off the 1024-byte
+  // swizzle atom; fp8 with per-block scales: pages below 8 tokens, whose 16-byte scale rows
+  // would land off the 128-byte alignment TMA needs).
+  p.gather_rows = fp8 || per_block ? c.page_size < 8 : c.page_size < sm90::kGatherBelowPage;
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;
@@ -526,12 +526,15 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     if (per_block) {
       sm90::KvBlockMaps kv_maps;
       std::memcpy(&kv_maps.data, cache.tensor_map(), sizeof(CUtensorMap));
-      std::memcpy(&kv_maps.scales, cache.scale_tensor_map(), sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.scales, cache.aux_tensor_map(), sizeof(CUtensorMap));
       sm90::launch_quantize_q(quantize, stream);
       sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream);
     } else if (fp8) {
+      sm90::KvFp8Maps kv_maps;
+      std::memcpy(&kv_maps.latent, cache.tensor_map(), sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.rope, cache.aux_tensor_map(), sizeof(CUtensorMap));
       if (!q_e4m3) sm90::launch_quantize_q(quantize, stream);
-      sm90::launch_decode_fp8(q_maps, kv_map, p, grid, stream, /*after_quantiser=*/!q_e4m3);
+      sm90::launch_decode_fp8(q_maps, kv_maps, p, grid, stream, /*after_quantiser=*/!q_e4m3);
     } else {
       sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
     }

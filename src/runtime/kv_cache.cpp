@@ -8,6 +8,7 @@
 #include "kbmla/error.hpp"
 #include "src/runtime/decode_internal.hpp"
 #include "src/runtime/tensor_maps.hpp"
+#include "src/sm90/decode/config_fp8.hpp"
 #include "src/sm90/decode/config_fp8_block.hpp"
 
 namespace kbmla {
@@ -30,9 +31,9 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
           "KvCache: dtype (", int(dtype), ") is not one of kBFloat16, kFp8E4m3, kFp8E4m3PerBlock");
   require(dtype != KvDtype::kFp8E4m3PerBlock || d_qk == 576, "KvCache: the per-block fp8 cache has d_qk 576 (its "
           "656-byte token holds 512 latent and 64 rope values), got d_qk ", d_qk);
-  static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_) && sizeof(CUtensorMap) == sizeof(scale_map_),
+  static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_) && sizeof(CUtensorMap) == sizeof(aux_map_),
                 "tensor map storage");
-  std::memset(scale_map_, 0, sizeof scale_map_);
+  std::memset(aux_map_, 0, sizeof aux_map_);
   // Pages of 64 tokens or more are addressed as 64-token parts (the loader's "virtual
   // pages"); smaller pages are one box of page_size rows each.
   const int rows = std::min(page_size, sm90::kBlockTokens);
@@ -47,15 +48,29 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
     detail::encode_tiled(reinterpret_cast<CUtensorMap*>(tensor_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
                          CU_TENSOR_MAP_SWIZZLE_64B, data, 3, dims, strides, box, "the KV cache (per-block fp8)");
     const cuuint32_t scale_box[3] = {sm90::fp8_block::kScaleRowBytes, cuuint32_t(rows), 1};
-    detail::encode_tiled(reinterpret_cast<CUtensorMap*>(scale_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
+    detail::encode_tiled(reinterpret_cast<CUtensorMap*>(aux_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
                          CU_TENSOR_MAP_SWIZZLE_NONE, data, 3, dims, strides, scale_box,
                          "the KV cache's scales (per-block fp8)");
     return;
   }
-  const bool fp8 = dtype == KvDtype::kFp8E4m3;
   const cuuint64_t dims[3] = {cuuint64_t(d_qk), cuuint64_t(rows), cuuint64_t(parts)};
+  if (dtype == KvDtype::kFp8E4m3) {
+    // The latent columns in boxes of 128 (128-byte rows, 128-byte swizzle: half the TMA
+    // operations and L2 requests of 64-byte boxes), the rope columns (d_qk 576) in one box
+    // of 64 (64-byte swizzle); config_fp8.hpp.
+    const cuuint32_t latent_box[3] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(rows), 1};
+    detail::encode_tiled(reinterpret_cast<CUtensorMap*>(tensor_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                         CU_TENSOR_MAP_SWIZZLE_128B, data, 3, dims, strides, latent_box, "the KV cache (fp8 latent)");
+    if (d_qk > sm90::kDqkNoRope) {
+      const cuuint32_t rope_box[3] = {sm90::fp8::kBoxRowBytes, cuuint32_t(rows), 1};
+      detail::encode_tiled(reinterpret_cast<CUtensorMap*>(aux_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                           CU_TENSOR_MAP_SWIZZLE_64B, data, 3, dims, strides, rope_box, "the KV cache (fp8 rope)");
+    }
+    return;
+  }
   const cuuint32_t box[3] = {sm90::kBoxCols, cuuint32_t(rows), 1};
-  detail::encode_map(reinterpret_cast<CUtensorMap*>(tensor_map_), fp8, data, 3, dims, strides, box, "the KV cache");
+  detail::encode_map(reinterpret_cast<CUtensorMap*>(tensor_map_), /*fp8=*/false, data, 3, dims, strides, box,
+                     "the KV cache");
 }
 
 }  // namespace kbmla

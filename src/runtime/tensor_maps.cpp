@@ -5,6 +5,7 @@
 
 #include "kbmla/error.hpp"
 #include "src/sm90/decode/config.hpp"
+#include "src/sm90/decode/config_fp8.hpp"
 
 namespace kbmla::detail {
 
@@ -132,11 +133,15 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
   q_pe_col = sm90::kDqkNoRope;  // the rope box is columns 512..575 of the e4m3 rows
   std::lock_guard<std::mutex> lock(cache.mutex);
   if (cache.q != q8 || cache.q_row != row_stride) {
+    // As the cache's maps (kv_cache.cpp): latent boxes of 128 bytes, the rope box of 64.
     const cuuint64_t dims[2] = {cuuint64_t(c.d_qk), cuuint64_t(rows)};
     const cuuint64_t strides[1] = {cuuint64_t(row_stride)};
-    const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
-    encode_map(&cache.maps.latent, /*fp8=*/true, q8, 2, dims, strides, box, "the e4m3 Q");
-    cache.maps.rope = cache.maps.latent;
+    const cuuint32_t latent_box[2] = {sm90::fp8::kLatentBoxRowBytes, sm90::kRowsPerCta};
+    encode_tiled(&cache.maps.latent, CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_SWIZZLE_128B, q8, 2, dims, strides,
+                 latent_box, "the e4m3 Q (latent)");
+    const cuuint32_t rope_box[2] = {sm90::fp8::kBoxRowBytes, sm90::kRowsPerCta};
+    encode_tiled(&cache.maps.rope, CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_SWIZZLE_64B, q8, 2, dims, strides,
+                 rope_box, "the e4m3 Q (rope)");
     cache.q = q8;
     cache.q_pe = nullptr;
     cache.q_row = row_stride;

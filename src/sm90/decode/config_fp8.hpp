@@ -25,13 +25,14 @@
 //                k-steps of 32; S^T = K Q^T, 64 tokens x 16 rows, for tiles of at most
 //                16 rows: rows_fp8.cuh), online softmax, P (e4m3) with the per-row factors
 //                and maxima to shared memory; each O^T for its 256 dims (consumer_fp8.cuh)
-// Every tile has 64-byte rows and the 64-byte swizzle (16-byte chunk index XOR bits 7..8
-// of the address, i.e. (row / 2) % 4 for 64-byte rows).
+// The latent boxes have 128-byte rows and the 128-byte swizzle, the rope box and P 64-byte
+// rows and the 64-byte swizzle (16-byte chunk index XOR bits 7..8 of the address, i.e.
+// (row / 2) % 4 for 64-byte rows).
 //
 // Shared memory (bytes):
-//   Q        9 x [64 rows][64 cols] e4m3 = 36,864
-//   KV[5]    9 x [64 tokens][64 cols]    = 36,864 each; a block's P [64 rows][64 tokens]
-//            goes over its stage's box 8 (the rope columns) once S has read them
+//   Q        4 x [64 rows][128 cols] + [64 rows][64 cols] e4m3 = 36,864
+//   KV[5]    the same for 64 tokens = 36,864 each; a block's P [64 rows][64 tokens] goes
+//            over its stage's rope box once S has read it
 //   zero row, barriers, flags, per-stage factors and maxima, row statistics ~4.9 KiB
 //                                                         = 225,944 bytes (+1 KiB to align).
 // Stages: with 36 KiB stages, two kept too few bytes in flight per SM for the bandwidth
@@ -47,6 +48,15 @@ namespace kbmla::sm90::fp8 {
 
 constexpr uint32_t kBoxRowBytes = 64;                              // 64 e4m3 columns
 constexpr uint32_t kBoxBytes = kRowsPerCta * kBoxRowBytes;         // 4096
+// The per-tensor kernel's Q tile and stages: the 512 latent columns in four boxes of 128
+// (128-byte rows, 128-byte swizzle: chunk c of row t at c ^ (t % 8)), then the 64 rope
+// columns in one box of 64-byte rows (64-byte swizzle), at the offset of the 64-column box
+// 8. 64-byte latent boxes made twice the TMA operations and L2 requests per byte of bf16's
+// (v17 ncu: L2 at 86 %; pages of 16 tokens ran 25 % slower than pages of 64).
+constexpr uint32_t kLatentBoxRowBytes = 128;
+constexpr uint32_t kLatentBoxBytes = kRowsPerCta * kLatentBoxRowBytes;  // 8192
+constexpr int kWideLatentBoxes = 4;
+constexpr uint32_t kRopeBoxOffset = kWideLatentBoxes * kLatentBoxBytes;  // 32768 = 8 x kBoxBytes
 constexpr uint32_t kTileBytes = kQkBoxes * kBoxBytes;              // 36,864 (Q tile or KV stage)
 constexpr uint32_t kPBytes = kRowsPerCta * kBlockTokens;           // 4096
 // The fp8 kernel's stage count (sm90::kStages is the bf16 kernel's); unqualified kStages
@@ -61,6 +71,7 @@ constexpr float kE4m3Max = 448.f;
 // became the fifth stage. With d_qk 512 box 8 is unused.
 constexpr uint32_t kPBox = 8;
 static_assert(kPBytes == kBoxBytes && kPBox < kQkBoxes, "P fits the rope box of a stage");
+static_assert(kPBox * kBoxBytes == kRopeBoxOffset, "the rope box is where the 64-column box 8 was");
 
 // Named barriers of the fp8 consumers (ids 1..3 as in config.hpp; 0 is __syncthreads).
 // Per owner consumer c (id + c):

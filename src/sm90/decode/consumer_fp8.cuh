@@ -32,22 +32,31 @@
 namespace kbmla::sm90::fp8 {
 
 // The V^T fragments of one consumer warp for a block: a[b][kb] is the A operand of
-// M block b (16 dims of this warp: chunk 16 wg + 4 b + warp of the 32 16-dim chunks) and
-// k-step kb (tokens 32 kb..32 kb + 31). ldmatrix lane l addresses token 32 kb + l (matrix
-// l / 8, row l % 8), or the zero row when that token is past the request's last one.
+// M block b (16 dims of this warp: dims 256 wg + 64 b + 16 warp ..) and k-step kb (tokens
+// 32 kb..32 kb + 31). ldmatrix lane l addresses token 32 kb + l (matrix l / 8, row l % 8),
+// or the zero row when that token is past the request's last one. The dims' 16 bytes are
+// chunk 4 (b % 2) + warp of the 128-byte rows of latent box 2 wg + b / 2 (kWideLatent: the
+// per-tensor layout) or chunk `warp` of the 64-byte rows of box 4 wg + b (per-block).
 // After .trans, register j of lane l holds bytes (t, 2r), (t, 2r + 1), (t + 1, 2r),
 // (t + 1, 2r + 1) for t = 32 kb + 8 j + 2(l%4), r = l/4 (token, dim in the chunk); the
 // permutes gather the even dim (row x = r) and the odd dim (row x + 8) of tokens t, t + 1,
 // t + 8, t + 9.
+template <bool kWideLatent>
 __device__ __forceinline__ void load_vt_fragments(int wg, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
                                                   int valid_tokens, uint32_t (&a)[4][2][4]) {
-  const uint32_t lane_row = lane * kBoxRowBytes + ((((warp ^ (lane >> 1)) & 3)) << 4);
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     const bool real = 32 * kb + lane < valid_tokens;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      const uint32_t addr = stage_addr + (4 * wg + b) * kBoxBytes + kb * 32 * kBoxRowBytes + lane_row;
+      uint32_t addr;
+      if constexpr (kWideLatent) {
+        addr = stage_addr + (2 * wg + b / 2) * kLatentBoxBytes + (32 * kb + lane) * kLatentBoxRowBytes +
+               ((((4 * (b % 2) + warp) ^ lane) & 7) << 4);
+      } else {
+        addr = stage_addr + (4 * wg + b) * kBoxBytes + (32 * kb + lane) * kBoxRowBytes +
+               ((((warp ^ (lane >> 1)) & 3)) << 4);
+      }
       uint32_t r[4];
       ldmatrix_x4_trans(real ? addr : zero_addr, r);
       a[b][kb][0] = __byte_perm(r[0], r[1], 0x6420);
@@ -117,6 +126,7 @@ struct PerTensorScaling {
   using Layout = SmemLayout;
   using Rows = std::conditional_t<kAcc_ == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
   static constexpr int kAcc = kAcc_;
+  static constexpr bool kWideLatent = true;  // 128-byte latent boxes (config_fp8.hpp)
   static constexpr int kStages = fp8::kStages;
   static constexpr int kSlots = fp8::kStages;  // the hand-over of a block lives with its stage
   static constexpr uint32_t kStageBytes = kTileBytes;
@@ -131,9 +141,9 @@ struct PerTensorScaling {
   __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it) const {
     rows.begin_item(p, it, kv_scale);
   }
-  __device__ __forceinline__ void block_max(Rows& rows, int wg, uint64_t q_desc, uint32_t stage_addr, int, int blk,
+  __device__ __forceinline__ void block_max(Rows& rows, int wg, uint32_t q_addr, uint32_t stage_addr, int, int blk,
                                             float* exchange) const {
-    rows.block_max(wg, q_desc, stage_addr, blk, exchange);
+    rows.block_max(wg, q_addr, stage_addr, blk, exchange);
   }
   // P over the stage's rope box (S, the only reader of that box, has completed).
   __device__ __forceinline__ void write_p(Rows& rows, int, int stage, int warp, int lane) const {
@@ -185,7 +195,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
   const float* row_scale = hand_over.row_scale;
   float2* row_stats = reinterpret_cast<float2*>(smem + Layout::row_stats);  // [parity][consumer][64]
   float* row_exchange = narrow_row_exchange(row_stats, wg);
-  const uint64_t q_desc = desc_k_major_sw64(smem_addr(smem + Layout::q));
+  const uint32_t q_addr = smem_addr(smem + Layout::q);
   const uint32_t kv_addr = smem_addr(smem + Layout::kv);
   const uint32_t zero_addr = smem_addr(smem + Layout::zero_row);
   typename Scaling::Rows rows(warp, lane);
@@ -240,7 +250,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
         if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
         sc.before_pv(o, wg, stage, true);
         uint32_t a[4][2][4];
-        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
+        load_vt_fragments<Scaling::kWideLatent>(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
         fence_fragments(a);
         sc.issue_pv_other(o, a, stage_addr, wg);
         wgmma_wait<0>();
@@ -250,7 +260,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       }
 
       // Own block: S, the online softmax, P.
-      sc.block_max(rows, wg, q_desc, stage_addr, stage, blk, row_exchange);
+      sc.block_max(rows, wg, q_addr, stage_addr, stage, blk, row_exchange);
       // The deferred block is the one before this, in the stage before this one.
       const int deferred_stage = (block_count + kStages - 1) % kStages;
       bool deferred_rescale = false;
@@ -275,17 +285,18 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
         sc.before_pv(o, wg, deferred_stage, false);
         uint32_t a_deferred[4][2][4];
-        load_vt_fragments(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens, a_deferred);
+        load_vt_fragments<Scaling::kWideLatent>(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens,
+                                                a_deferred);
         fence_fragments(a_deferred);
         sc.issue_pv_other(o, a_deferred, deferred_addr, wg);
-        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments<Scaling::kWideLatent>(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
         wgmma_wait<0>();
         fence_accumulators(o);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
       } else {
-        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments<Scaling::kWideLatent>(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
       }
       if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);

@@ -365,6 +365,7 @@ struct PerBlockScaling {
   using Layout = SmemLayoutT<kAcc_ == 8>;
   using Rows = std::conditional_t<kAcc_ == 8, BlockNarrowRows, BlockWideRows>;
   static constexpr int kAcc = kAcc_;
+  static constexpr bool kWideLatent = false;  // 64-byte boxes throughout
   static constexpr int kStages = Layout::kStages;
   static constexpr int kSlots = Layout::kHandoverSlots;
   static constexpr uint32_t kStageBytes = fp8_block::kStageBytes;
@@ -392,9 +393,9 @@ struct PerBlockScaling {
   __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it) const {
     rows.begin_item(p, it);
   }
-  __device__ __forceinline__ void block_max(Rows& rows, int wg, uint64_t q_desc, uint32_t stage_addr, int stage,
+  __device__ __forceinline__ void block_max(Rows& rows, int wg, uint32_t q_addr, uint32_t stage_addr, int stage,
                                             int blk, float* exchange) const {
-    rows.block_max(wg, q_desc, stage_addr, scales(stage), blk, exchange);
+    rows.block_max(wg, desc_k_major_sw64(q_addr), stage_addr, scales(stage), blk, exchange);
   }
   __device__ __forceinline__ void write_p(Rows& rows, int wg, int stage, int, int lane) const {
     const __half2* ratios = reinterpret_cast<const __half2*>(smem + Layout::p_ratios) + stage * kGroups * 32;

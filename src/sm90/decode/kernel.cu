@@ -71,27 +71,12 @@ namespace {
 template <KernelMode Mode, int QkBoxes, bool kGatherRows = false>
 void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
-  constexpr DecodeKernel kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>;
+  constexpr auto kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode");
 }
 }  // namespace
-
-void launch_clustered(DecodeKernel kernel, uint32_t smem_bytes, cudaError_t attr_err, const QMaps& q_maps,
-                      const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
-                      const char* who, bool programmatic) {
-  require(attr_err == cudaSuccess, who, ": cannot reserve ", smem_bytes, " bytes of shared memory: ",
-          cudaGetErrorString(attr_err));
-  require(grid.x % unsigned(p.cluster_size) == 0, who, ": grid.x (", grid.x,
-          ") is not a multiple of the cluster size (", p.cluster_size, ")");
-  cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic);
-  const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_map, p);
-  require(launch_err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(launch_err));
-  const cudaError_t err = cudaGetLastError();
-  require(err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(err));
-}
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");

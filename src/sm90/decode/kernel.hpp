@@ -4,6 +4,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "kbmla/error.hpp"
 #include "src/sm90/decode/params.hpp"
 
 namespace kbmla::sm90 {
@@ -17,6 +18,14 @@ int max_active_clusters(int cluster_size);
 // Q's TMA maps: the latent columns (q, or q_nope when Q comes in two tensors) and the rope
 // columns (q_pe, or q itself read from column 512; unused for d_qk 512).
 struct QMaps {
+  CUtensorMap latent;
+  CUtensorMap rope;
+};
+
+// The per-tensor fp8 cache's maps (config_fp8.hpp): the latent columns in boxes of 128
+// bytes (128-byte swizzle), the rope columns in one box of 64 (64-byte swizzle; unused
+// for d_qk 512).
+struct KvFp8Maps {
   CUtensorMap latent;
   CUtensorMap rope;
 };
@@ -39,18 +48,30 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_byt
 // p.cluster_size-CTA clusters, the arguments (q_maps, kv_map, p). Throws naming `who`.
 // `programmatic`: a programmatic dependent of the previous kernel in the stream (the fp8
 // Q quantiser), which must then be waited for (griddepcontrol.wait) before its output is read.
-using DecodeKernel = void (*)(QMaps, CUtensorMap, DecodeParams);
-void launch_clustered(DecodeKernel kernel, uint32_t smem_bytes, cudaError_t attr_err, const QMaps& q_maps,
-                      const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
-                      const char* who, bool programmatic = false);
+// KvMaps: the kernel's cache maps (CUtensorMap, KvFp8Maps, KvBlockMaps).
+template <class KvMaps>
+void launch_clustered(void (*kernel)(QMaps, KvMaps, DecodeParams), uint32_t smem_bytes, cudaError_t attr_err,
+                      const QMaps& q_maps, const KvMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                      cudaStream_t stream, const char* who, bool programmatic = false) {
+  require(attr_err == cudaSuccess, who, ": cannot reserve ", smem_bytes, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  require(grid.x % unsigned(p.cluster_size) == 0, who, ": grid.x (", grid.x,
+          ") is not a multiple of the cluster size (", p.cluster_size, ")");
+  cudaLaunchAttribute attrs[2];
+  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic);
+  const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
+  require(launch_err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(launch_err));
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(err));
+}
 
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
-// fp8 (e4m3) cache: `q_maps.latent` is the map of the e4m3 Q (64-byte swizzle); p.q_scale
+// fp8 (e4m3) cache: `q_maps.latent` / `.rope` are the maps of the e4m3 Q (as KvFp8Maps); p.q_scale
 // and p.kv_scale are set. `after_quantiser`: the Q quantiser was launched just before on
 // `stream`, and the decode becomes its programmatic dependent. Full mode only.
-void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser);
 
 // fp8 cache with per-block scales (config_fp8_block.hpp): q_maps.latent the e4m3 Q of the

@@ -28,7 +28,7 @@ constexpr KernelMode kMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 // runs one, to keep the instantiations few).
 template <int QkBoxes, int kAcc, bool kTwoCopies>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
+    mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
                           const __grid_constant__ DecodeParams p) {
   if (plan_failed(p)) return;
   extern __shared__ uint8_t smem_raw[];
@@ -36,7 +36,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
     cute::prefetch_tma_descriptor(&q_maps.latent);
-    cute::prefetch_tma_descriptor(&kv_map);
+    cute::prefetch_tma_descriptor(&kv_maps.latent);
+    if constexpr (QkBoxes > kLatentBoxes) {
+      cute::prefetch_tma_descriptor(&q_maps.rope);
+      cute::prefetch_tma_descriptor(&kv_maps.rope);
+    }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
     init_pipeline_barriers<kStages>(bars, p.cluster_size);
   }
@@ -45,9 +49,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
     if (threadIdx.x < 32) {
-      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_map, p};
-      // One-token pages: TMA cannot write a 64-byte row at a 64-byte (not 128) aligned
-      // address, so they are gathered with cp.async.
+      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
+      // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
       if (p.gather_rows) {
         run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
       } else {
@@ -81,32 +84,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int QkBoxes, int kAcc, bool kTwoCopies = false>
-void launch(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid, cudaStream_t stream,
+void launch(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid, cudaStream_t stream,
             bool after_quantiser) {
-  constexpr DecodeKernel kernel = mla_decode_fp8_kernel<QkBoxes, kAcc, kTwoCopies>;
+  constexpr auto kernel = mla_decode_fp8_kernel<QkBoxes, kAcc, kTwoCopies>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   // After the Q quantiser, a programmatic dependent of it: the KV stream starts while Q
   // is quantised. Not after a caller's kernel, which may still be writing the cache.
-  launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode (fp8)",
+  launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8)",
                    /*programmatic=*/after_quantiser);
 }
 
 }  // namespace fp8
 
-void launch_decode_fp8(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
+void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser) {
   require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
           kDqk, ", ", kDqkNoRope);
   // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
   const bool narrow = p.rows <= 16 && p.cluster_size == 1;
   if (p.d_qk == kDqkNoRope) {
-    return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_map, p, grid, stream, after_quantiser)
-                  : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
+    return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser)
+                  : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
-  if (narrow) return fp8::launch<kQkBoxes, 8>(q_maps, kv_map, p, grid, stream, after_quantiser);
-  if (p.cluster_size > 1) return fp8::launch<kQkBoxes, 32, true>(q_maps, kv_map, p, grid, stream, after_quantiser);
-  fp8::launch<kQkBoxes, 32>(q_maps, kv_map, p, grid, stream, after_quantiser);
+  if (narrow) return fp8::launch<kQkBoxes, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (p.cluster_size > 1) return fp8::launch<kQkBoxes, 32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  fp8::launch<kQkBoxes, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90

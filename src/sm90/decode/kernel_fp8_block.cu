@@ -73,17 +73,9 @@ void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeP
   constexpr uint32_t smem_bytes = fp8_block::SmemLayoutT<kAcc == 8>::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
-  require(attr_err == cudaSuccess, "decode (fp8 per-block): cannot reserve ", smem_bytes, " bytes of shared memory: ",
-          cudaGetErrorString(attr_err));
-  require(grid.x % unsigned(p.cluster_size) == 0, "decode (fp8 per-block): grid.x (", grid.x,
-          ") is not a multiple of the cluster size (", p.cluster_size, ")");
-  cudaLaunchAttribute attrs[2];
   // Always after the Q quantiser, as its programmatic dependent (kernel_fp8.cu says why).
-  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, true);
-  const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
-  require(launch_err == cudaSuccess, "decode (fp8 per-block): kernel launch failed: ", cudaGetErrorString(launch_err));
-  const cudaError_t err = cudaGetLastError();
-  require(err == cudaSuccess, "decode (fp8 per-block): kernel launch failed: ", cudaGetErrorString(err));
+  launch_clustered(kernel, smem_bytes, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 per-block)",
+                   /*programmatic=*/true);
 }
 }  // namespace
 

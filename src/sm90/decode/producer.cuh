@@ -20,6 +20,7 @@ namespace kbmla::sm90 {
 struct Bf16Smem {
   using Layout = SmemLayout;
   using Maps = CUtensorMap;
+  static constexpr bool kWideLatent = false;
   static constexpr uint32_t kBoxBytes = sm90::kBoxBytes;  // 8192
   static constexpr uint32_t kQBoxBytes = kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = 128;
@@ -29,7 +30,8 @@ struct Bf16Smem {
 };
 struct Fp8Smem {
   using Layout = fp8::SmemLayout;
-  using Maps = CUtensorMap;
+  using Maps = KvFp8Maps;
+  static constexpr bool kWideLatent = true;  // 128-byte latent boxes (config_fp8.hpp)
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kQBoxBytes = kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
@@ -41,6 +43,7 @@ template <bool kNarrow>
 struct Fp8BlockSmem {
   using Layout = fp8_block::SmemLayoutT<kNarrow>;
   using Maps = KvBlockMaps;
+  static constexpr bool kWideLatent = false;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kQBoxBytes = Layout::kQBoxBytes;  // 16 or 64 rows
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
@@ -52,6 +55,7 @@ struct Fp8BlockSmem {
 // The cache's data map: the one map, or the per-block cache's data map.
 __device__ __forceinline__ const CUtensorMap* data_map(const CUtensorMap* m) { return m; }
 __device__ __forceinline__ const CUtensorMap* data_map(const KvBlockMaps* m) { return &m->data; }
+__device__ __forceinline__ const CUtensorMap* data_map(const KvFp8Maps* m) { return &m->latent; }
 
 // Paged loader of bf16 or e4m3 rows for page sizes 2^k in 1..256, run by all 32 lanes of
 // producer warp 0.
@@ -82,7 +86,9 @@ struct PagedKvLoader {
   // rope box(es) after them (bf16 and per-tensor fp8: one box at column 512; per-block
   // fp8: two 64-byte boxes of the bf16 rope at bytes 528 and 592); then the per-block
   // cache's scale box (bytes 512..527 of the row, unswizzled, after the stage's boxes).
-  static constexpr int kBoxes = QkBoxes + (kScaleRowBytes > 0 ? 1 : 0);
+  // kWideLatent (the per-tensor fp8 cache): four 128-byte latent boxes and the rope box.
+  static constexpr int kBoxes = Smem::kWideLatent ? fp8::kWideLatentBoxes + (QkBoxes > kLatentBoxes ? 1 : 0)
+                                                  : QkBoxes + (kScaleRowBytes > 0 ? 1 : 0);
   const typename Smem::Maps* maps;
   const DecodeParams& p;
 
@@ -131,6 +137,16 @@ struct PagedKvLoader {
     const CUtensorMap* map = data_map(maps);
     uint8_t* dst = stage + j * kBoxBytes + row0 * kBoxRowBytes;
     int col = j * kBoxCols;
+    if constexpr (Smem::kWideLatent) {
+      if (j < fp8::kWideLatentBoxes) {
+        dst = stage + j * fp8::kLatentBoxBytes + row0 * fp8::kLatentBoxRowBytes;
+        col = j * fp8::kLatentBoxRowBytes;
+      } else {
+        map = &maps->rope;
+        dst = stage + fp8::kRopeBoxOffset + row0 * fp8::kBoxRowBytes;
+        col = kDqkNoRope;
+      }
+    }
     if constexpr (kScaleRowBytes > 0) {
       if (j == QkBoxes) {
         map = &maps->scales;
@@ -211,7 +227,10 @@ struct PagedKvLoader {
     // lane l copies chunk l (box l / 4) and lanes 0..3 also chunk 32 + l (box 8). Per-block
     // fp8 rows (656 bytes): lanes 0..7 also copy the rope's chunk l (bytes 528 + 16 l, box 8
     // + l / 4) and lane 8 the scales (bytes 512..527, the stage's unswizzled scale rows).
-    constexpr bool kFp8Rows = kBoxRowBytes == 64;
+    // Per-tensor e4m3 rows (kWideLatent): lane l copies chunk l of the latent part (box l / 8
+    // of 128-byte rows, chunk l % 8 at (l % 8) ^ t % 8) and lanes 0..3 the rope's chunk l
+    // (64-byte rows, at l ^ (t / 2) % 4).
+    constexpr bool kFp8Rows = kBoxRowBytes == 64 && !Smem::kWideLatent;
     const uint8_t* lane_src = p.kv_cache + lane * 16;
     const uint32_t lane_dst = stage + (kFp8Rows ? lane >> 2 : lane >> 3) * kBoxBytes;
     for (int t = 0; t < tokens; ++t) {
@@ -219,7 +238,14 @@ struct PagedKvLoader {
       const int32_t page = __shfl_sync(0xffffffffu, page_index < 32 ? low : high, page_index & 31);
       const int64_t token = (int64_t{page} << p.page_log2) + (t & ((1 << p.page_log2) - 1));
       const uint8_t* src = lane_src + token * kRowBytes;
-      if constexpr (kFp8Rows) {
+      if constexpr (Smem::kWideLatent) {
+        cp_async_16(stage + (lane >> 3) * fp8::kLatentBoxBytes + t * fp8::kLatentBoxRowBytes + (((lane ^ t) & 7) << 4),
+                    src);
+        if (QkBoxes > kLatentBoxes && lane < 4) {
+          cp_async_16(stage + fp8::kRopeBoxOffset + t * fp8::kBoxRowBytes + (((lane ^ (t >> 1)) & 3) << 4),
+                      src + kDqkNoRope);
+        }
+      } else if constexpr (kFp8Rows) {
         const uint32_t dst = lane_dst + t * 64 + (((lane ^ (t >> 1)) & 3) << 4);
         cp_async_16(dst, src);
         if constexpr (kScaleRowBytes > 0) {
@@ -266,14 +292,26 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
     Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
     Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kQBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;
+    if constexpr (Smem::kWideLatent) {
+      // The e4m3 Q as the stages (config_fp8.hpp): four 128-byte latent boxes, the rope box.
 #pragma unroll
-    for (int j = 0; j < QkBoxes; ++j) {
-      // The latent boxes come from q (or q_nope), the rope box from q_pe when Q is given
-      // in two tensors, else from q's columns 512..575 (q_pe_col 512). Per-block fp8: two
-      // rope boxes of 64 bytes each (bf16 Q bytes, q_pe_col 1024 or 0).
-      const bool rope = j >= kLatentBoxes;
-      tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kQBoxBytes,
-                     rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, q_row);
+      for (int j = 0; j < fp8::kWideLatentBoxes; ++j) {
+        tma_load_q_box(&q_maps->latent, q_full, smem + Layout::q + j * fp8::kLatentBoxBytes,
+                       j * fp8::kLatentBoxRowBytes, q_row);
+      }
+      if constexpr (QkBoxes > kLatentBoxes) {
+        tma_load_q_box(&q_maps->rope, q_full, smem + Layout::q + fp8::kRopeBoxOffset, p.q_pe_col, q_row);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < QkBoxes; ++j) {
+        // The latent boxes come from q (or q_nope), the rope box from q_pe when Q is given
+        // in two tensors, else from q's columns 512..575 (q_pe_col 512). Per-block fp8: two
+        // rope boxes of 64 bytes each (bf16 Q bytes, q_pe_col 1024 or 0).
+        const bool rope = j >= kLatentBoxes;
+        tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kQBoxBytes,
+                       rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, q_row);
+      }
     }
     ++item_count;
   }

@@ -36,23 +36,33 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
   return lo | (hi << 16);
 }
 
-// The owner's S of the stage at stage_addr: 18 (d_qk 576) or 16 (512) k-steps of 32, two
-// per 64-byte box; one commit group. N = 32 accumulators: S (64 rows x 64 tokens) = Q K^T;
-// N = 8: S^T (64 tokens x 16 rows) = K Q^T, the stage as A and the first 16 rows of the Q
-// tile as B (both K-major, as the tiles are).
+// The owner's S of the stage at stage_addr (the per-tensor layout, config_fp8.hpp): 16
+// k-steps of 32 over the four 128-byte latent boxes, then (d_qk 576) 2 over the 64-byte rope
+// box; one commit group. N = 32 accumulators: S (64 rows x 64 tokens) = Q K^T; N = 8: S^T
+// (64 tokens x 16 rows) = K Q^T, the stage as A and the first 16 rows of the Q tile as B
+// (both K-major, as the tiles are).
 template <int QkBoxes, int N>
-__device__ __forceinline__ void issue_s(uint64_t q_desc, uint32_t stage_addr, float (&s)[N]) {
+__device__ __forceinline__ void issue_s(uint32_t q_addr, uint32_t stage_addr, float (&s)[N]) {
   static_assert(N == 32 || N == 8, "S (rows as M) or S^T (rows as N = 16)");
-  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
+  auto mma = [&](uint64_t q, uint64_t k, bool accumulate) {
+    if constexpr (N == 32) {
+      wgmma_qk_fp8(q, k, s, accumulate);
+    } else {
+      wgmma_kq_fp8(k, q, s, accumulate);
+    }
+  };
+  const uint64_t q_latent = desc_k_major(q_addr), k_latent = desc_k_major(stage_addr);
   wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < QkBoxes * 2; ++k) {
-    const uint32_t off = (k / 2) * kBoxBytes + (k % 2) * 32;
-    if constexpr (N == 32) {
-      wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
-    } else {
-      wgmma_kq_fp8(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
-    }
+  for (int k = 0; k < 4 * kWideLatentBoxes; ++k) {
+    const uint32_t off = (k / 4) * kLatentBoxBytes + (k % 4) * 32;
+    mma(desc_advance(q_latent, off), desc_advance(k_latent, off), k > 0);
+  }
+  if constexpr (QkBoxes > kLatentBoxes) {
+    const uint64_t q_rope = desc_k_major_sw64(q_addr + kRopeBoxOffset);
+    const uint64_t k_rope = desc_k_major_sw64(stage_addr + kRopeBoxOffset);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) mma(desc_advance(q_rope, k * 32), desc_advance(k_rope, k * 32), true);
   }
   wgmma_commit();
 }
@@ -130,8 +140,8 @@ struct WideRows {
   }
 
   // S of the owner's block, masked, and its raw row maxima.
-  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, int blk, float*) {
-    issue_s<QkBoxes>(q_desc, stage_addr, s);
+  __device__ __forceinline__ void block_max(int wg, uint32_t q_addr, uint32_t stage_addr, int blk, float*) {
+    issue_s<QkBoxes>(q_addr, stage_addr, s);
     wgmma_wait<0>();
     sm90::fence_accumulators(s);
     mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
@@ -237,8 +247,8 @@ struct NarrowRows {
   // `exchange` is this consumer's [4 warps][16 rows] of shared memory; its 128-thread
   // barrier orders the writes before the reads, and the owner's P barrier (every own
   // block passes it) the reads before the next block's writes.
-  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, int blk, float* exchange) {
-    issue_s<QkBoxes>(q_desc, stage_addr, s);
+  __device__ __forceinline__ void block_max(int wg, uint32_t q_addr, uint32_t stage_addr, int blk, float* exchange) {
+    issue_s<QkBoxes>(q_addr, stage_addr, s);
     wgmma_wait<0>();
     sm90::fence_accumulators(s);
     reduce_block_max(wg, blk, exchange);
