@@ -13,8 +13,8 @@
 // is serial. A consumer defers the P V of the other's block until after its own next
 // softmax, so that hand-over is the only wait on the softmax chain.
 // S of row r is scaled by softmax_scale x kv_scale x the row's Q scale (per row from the
-// quantiser, or the one scale of a caller's e4m3 Q); P <= 2^kRescaleSlack = 256 < 448, the e4m3 maximum; O is multiplied by kv_scale
-// in the epilogue.
+// quantiser, or the one scale of a caller's e4m3 Q); P <= 2^kRescaleSlack = 256 < 448, the
+// e4m3 maximum; O is multiplied by kv_scale in the epilogue.
 //
 // O^T accumulators o[b] (b = 0..3: dims 256 wg + 64 b ..): lane l of warp w holds output
 // rows n = 8i + 2(l%4) + e (i < 8, e < 2) at dims 256 wg + 64 b + 16 w + 2(l/4) + {0, 1},
