@@ -35,16 +35,26 @@ std::string decode_error(const DevicePlan& plan, const KvCache& cache, const Dec
   return "no error";
 }
 
-// The decode with `args` (another layout of the same inputs, writing dev's out and lse)
-// gives `dense`, bit for bit.
-void expect_same_as_dense(const DevicePlan& plan, const KvCache& kv, const DecodeArgs& args, DeviceProblem& dev,
-                          const Dense& dense, size_t rows) {
+// The reference decode of a test: into poisoned outputs, no device error, no NaN; its out
+// and lse in `dense`.
+void decode_dense(const DevicePlan& plan, const KvCache& kv, const DecodeArgs& args, DeviceProblem& dev,
+                  Dense& dense) {
   dev.out.poison();
   dev.lse.poison();
   decode(plan, kv, args);
   ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  EXPECT_EQ(std::memcmp(dev.out.download().data(), dense.out.data(), rows * 512 * 2), 0);
-  EXPECT_EQ(std::memcmp(dev.lse.download().data(), dense.lse.data(), rows * 4), 0);
+  dense = Dense{dev.out.download(), dev.lse.download()};
+  for (const ref::Bf16& v : dense.out) ASSERT_FALSE(std::isnan(ref::bf16_to_float(v)));
+}
+
+// The decode with `args` (another layout of the same inputs, writing dev's out and lse)
+// gives `dense`, bit for bit.
+void expect_same_as_dense(const DevicePlan& plan, const KvCache& kv, const DecodeArgs& args, DeviceProblem& dev,
+                          const Dense& dense, size_t rows) {
+  Dense got;
+  ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, args, dev, got));
+  EXPECT_EQ(std::memcmp(got.out.data(), dense.out.data(), rows * 512 * 2), 0);
+  EXPECT_EQ(std::memcmp(got.lse.data(), dense.lse.data(), rows * 4), 0);
 }
 
 void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas) {
@@ -62,11 +72,8 @@ void check_layouts(int heads, int q_len, const std::vector<int32_t>& seqlens, in
   DevicePlan plan = DevicePlan::create(config, seqlens, options);
   DeviceProblem dev(data, plan);
   KvCache kv(dev.cache.ptr, data.problem.num_pages, 64);
-  dev.out.poison();
-  dev.lse.poison();
-  decode(plan, kv, dev.args(data.problem.max_pages));
-  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  const Dense dense{dev.out.download(), dev.lse.download()};
+  Dense dense;
+  ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, dev.args(data.problem.max_pages), dev, dense));
 
   // Padded Q rows (640 elements, NaN padding), padded out rows (1024), LSE [heads, tokens]
   // in base 2.
@@ -159,11 +166,8 @@ TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
   a.q = dev_q8.ptr;
   a.q_dtype = QDtype::kFp8E4m3;
   a.q_scale = q_scale.ptr;
-  dev.out.poison();
-  decode(plan, kv, a);
-  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  const Dense dense{dev.out.download(), dev.lse.download()};
-  for (const ref::Bf16& v : dense.out) ASSERT_FALSE(std::isnan(ref::bf16_to_float(v)));
+  Dense dense;
+  ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, a, dev, dense));
 
   DecodeArgs padded = a;
   padded.q = dev_q8_pad.ptr;
@@ -237,11 +241,8 @@ TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
   DeviceArray<ref::Bf16> dev_nope(nope), dev_pe(pe);
   KvCache kv(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3PerBlock);
   DecodeArgs a = dev.args(data.problem.max_pages);
-  dev.out.poison();
-  decode(plan, kv, a);
-  ASSERT_EQ(read_device_errors(dev.ws.ptr, nullptr), 0u);
-  const Dense dense{dev.out.download(), dev.lse.download()};
-  for (const ref::Bf16& x : dense.out) ASSERT_FALSE(std::isnan(ref::bf16_to_float(x)));
+  Dense dense;
+  ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, a, dev, dense));
 
   DecodeArgs split = a;
   split.q = dev_nope.ptr;

@@ -149,22 +149,18 @@ struct PerTensorScaling {
   __device__ __forceinline__ void write_p(Rows& rows, int, int stage, int warp, int lane) const {
     rows.write_p(kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
   }
-  template <int N>
-  __device__ __forceinline__ void begin_o(float (&)[4][N]) {}
-  template <int N>
-  __device__ __forceinline__ void before_pv(float (&)[4][N], int, int, bool) {}
-  template <int N>
-  __device__ __forceinline__ void issue_pv_other(float (&o)[4][N], uint32_t (&a)[4][2][4], uint32_t stage_addr,
+  __device__ __forceinline__ void begin_o(float (&)[4][kAcc]) {}
+  __device__ __forceinline__ void before_pv(float (&)[4][kAcc], int, int, bool) {}
+  // Both consumers' P V read the owner's P tile over the stage's rope box.
+  __device__ __forceinline__ void issue_pv_other(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t stage_addr,
                                                  int) const {
     issue_pv(o, a, desc_k_major_sw64(stage_addr + kPBox * kBoxBytes));
   }
-  template <int N>
-  __device__ __forceinline__ void issue_pv_own(float (&o)[4][N], uint32_t (&a)[4][2][4], uint32_t stage_addr,
+  __device__ __forceinline__ void issue_pv_own(float (&o)[4][kAcc], uint32_t (&a)[4][2][4], uint32_t stage_addr,
                                                int wg) const {
     issue_pv_other(o, a, stage_addr, wg);
   }
-  template <int N>
-  __device__ __forceinline__ void finish_o(float (&)[4][N]) const {}
+  __device__ __forceinline__ void finish_o(float (&)[4][kAcc]) const {}
   __device__ __forceinline__ float out_scale() const { return kv_scale; }
 };
 

@@ -11,9 +11,6 @@
 
 namespace kbmla::sm90::fp8_block {
 
-using fp8::fence_fragments;
-using fp8::load_vt_fragments;
-using fp8::rescale_ot;
 using fp8::swizzled64;
 
 // Scale helper (warp 2 of the producer warpgroup): per block, once the stage is in, the
@@ -100,18 +97,22 @@ __device__ __forceinline__ float2 own_groups(int wg, float4 v) {
 // O^T blocks b = 0, 1 hold dims of group 2 wg, b = 2, 3 of group 2 wg + 1: the block's
 // M_g(old) / M_g(new) before its P V adds in (uniform over the warpgroup; rare: M_g only
 // grows).
+// O^T blocks of this consumer's two groups times f.x (b = 0, 1) and f.y (b = 2, 3).
+template <int kAcc>
+__device__ __forceinline__ void scale_groups(float (&o)[4][kAcc], float2 f) {
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) {
+    o[0][i] *= f.x;
+    o[1][i] *= f.x;
+    o[2][i] *= f.y;
+    o[3][i] *= f.y;
+  }
+}
+
 template <int kAcc>
 __device__ __forceinline__ void rescale_groups(int wg, float (&o)[4][kAcc], const float4* factors, int stage) {
   const float2 r = own_groups(wg, factors[3 * stage + 2]);
-  if (r.x != 1.f || r.y != 1.f) {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      o[0][i] *= r.x;
-      o[1][i] *= r.x;
-      o[2][i] *= r.y;
-      o[3][i] *= r.y;
-    }
-  }
+  if (r.x != 1.f || r.y != 1.f) scale_groups(o, r);
 }
 
 // The bf16 rope product into s (4 k-steps of 16 over the two 64-byte rope boxes of Q and of
@@ -417,15 +418,7 @@ struct PerBlockScaling {
     issue_pv_grouped(o, a, smem_addr(own_p(wg)));
   }
   // O of group g is in units of M_g.
-  __device__ __forceinline__ void finish_o(float (&o)[4][kAcc]) const {
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      o[0][i] *= group_max.x;
-      o[1][i] *= group_max.x;
-      o[2][i] *= group_max.y;
-      o[3][i] *= group_max.y;
-    }
-  }
+  __device__ __forceinline__ void finish_o(float (&o)[4][kAcc]) const { scale_groups(o, group_max); }
   __device__ __forceinline__ float out_scale() const { return 1.f; }
 };
 

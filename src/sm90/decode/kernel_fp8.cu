@@ -24,7 +24,7 @@ constexpr KernelMode kMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 // instruction-fetch stalls) for tiles of up to 64 rows (lognormal_H16_Sq4 266 -> 250 us,
 // B4_Sq4 144 -> 128) but slower for the compute-bound 2-CTA cluster tiles (H128_L8192 180
 // -> 200 us, q_len 16 175 -> 191: the index in a register costs the wide consumer its last
-// registers, 28 bytes of spills); the clusters keep two copies (d_qk 576 only: d_qk 512
+// registers, 28-36 bytes of spills); the clusters keep two copies (d_qk 576 only: d_qk 512
 // runs one, to keep the instantiations few).
 template <int QkBoxes, int kAcc, bool kTwoCopies>
 __global__ void __launch_bounds__(kThreads, 1)

@@ -67,43 +67,11 @@ __device__ __forceinline__ void issue_s(uint32_t q_addr, uint32_t stage_addr, fl
   wgmma_commit();
 }
 
-// The hand-over of a block from its owner: the maxima after the block (this consumer's
-// next softmax starts from them) and, when the owner rescaled, this consumer's partial
-// sums times the block's factors.
-__device__ __forceinline__ void take_over_row_state(const float* row_max, const float* scale, bool rescale, int r0,
-                                                    int r1, float& m0, float& m1, float& l0, float& l1) {
-  m0 = row_max[r0];
-  m1 = row_max[r1];
-  if (rescale) {
-    l0 *= scale[r0];
-    l1 *= scale[r1];
-  }
-}
-
 // Row r's Q scale (per row from the quantiser, or the one scale of a caller's e4m3 Q);
 // rows past the request's rows read a neighbour's (they are never written out).
 __device__ __forceinline__ float row_q_scale(const DecodeParams& p, const Item& it, int r) {
   const int64_t row = int64_t{it.batch} * p.rows + min(it.row_begin + r, p.rows - 1);
   return p.q_scale[row * p.q_scale_stride];
-}
-
-// The owner's hand-over of a block, right after its row maxima: the factors and maxima at
-// `slot`, the OR over its four warps of "a factor below 1" as the block's rescale flag
-// (both consumers then rescale O), and the arrival the other consumer's next softmax waits
-// for. Returns the flag.
-__device__ __forceinline__ bool publish_hand_over(int wg, float* row_scale, float* row_max,
-                                                  volatile uint32_t* rescale_flags, int slot, int tid, int r0, int r1,
-                                                  float alpha0, float alpha1, float m0, float m1) {
-  if (tid % 4 == 0) {
-    row_scale[slot * 64 + r0] = alpha0;
-    row_scale[slot * 64 + r1] = alpha1;
-    row_max[slot * 64 + r0] = m0;
-    row_max[slot * 64 + r1] = m1;
-  }
-  const bool rescale = named_sync_or(kBarFp8OwnerP + wg, 128, alpha0 != 1.f || alpha1 != 1.f);
-  if (tid == 0) rescale_flags[slot] = rescale;
-  named_arrive(kBarFp8StatsReady + wg, kConsumerThreads);
-  return rescale;
 }
 
 // Where the owner publishes a block: the per-stage factors, maxima and rescale flag.
@@ -135,8 +103,16 @@ struct WideRows {
     l0 = l1 = 0.f;
   }
 
+  // The owner's hand-over of a block: the maxima after the block (this consumer's next
+  // softmax starts from them) and, when the owner rescaled, the partial sums times the
+  // block's factors.
   __device__ __forceinline__ void take_over(const HandOver& h, int slot, bool rescale) {
-    take_over_row_state(h.row_max + slot * 64, h.row_scale + slot * 64, rescale, r0, r1, m0, m1, l0, l1);
+    m0 = h.row_max[slot * 64 + r0];
+    m1 = h.row_max[slot * 64 + r1];
+    if (rescale) {
+      l0 *= h.row_scale[slot * 64 + r0];
+      l1 *= h.row_scale[slot * 64 + r1];
+    }
   }
 
   // S of the owner's block, masked, and its raw row maxima.
@@ -148,11 +124,23 @@ struct WideRows {
     block_row_max(s, mx0, mx1);
   }
 
-  // The new reference maxima (f0, f1 >= 0, so max(s) x f = max(s x f)) and their hand-over.
+  // The new reference maxima (f0, f1 >= 0, so max(s) x f = max(s x f)) and their hand-over,
+  // right after the row maxima: the factors and maxima at `slot`, the OR over the four
+  // warps of "a factor below 1" as the block's rescale flag (both consumers then rescale O),
+  // and the arrival the other consumer's next softmax waits for. Returns the flag.
   __device__ __forceinline__ bool publish(int wg, const HandOver& h, int slot, int tid) {
     alpha0 = lazy_rescale(mx0 * f0, m0);
     alpha1 = lazy_rescale(mx1 * f1, m1);
-    return publish_hand_over(wg, h.row_scale, h.row_max, h.rescale_flags, slot, tid, r0, r1, alpha0, alpha1, m0, m1);
+    if (tid % 4 == 0) {
+      h.row_scale[slot * 64 + r0] = alpha0;
+      h.row_scale[slot * 64 + r1] = alpha1;
+      h.row_max[slot * 64 + r0] = m0;
+      h.row_max[slot * 64 + r1] = m1;
+    }
+    const bool rescale = named_sync_or(kBarFp8OwnerP + wg, 128, alpha0 != 1.f || alpha1 != 1.f);
+    if (tid == 0) h.rescale_flags[slot] = rescale;
+    named_arrive(kBarFp8StatsReady + wg, kConsumerThreads);
+    return rescale;
   }
 
   // P in the A fragment's token order: the lane's tokens 16g + col_pair + {0, 1}
