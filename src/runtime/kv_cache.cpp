@@ -41,12 +41,12 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
   const cuuint64_t row_bytes = cuuint64_t(kv_token_bytes(dtype, d_qk));
   const cuuint64_t strides[2] = {row_bytes, row_bytes * rows};
   if (dtype == KvDtype::kFp8E4m3PerBlock) {
-    // The rows as bytes: 64-byte boxes (latent and rope, 64-byte swizzle) and the 16 bytes
+    // The rows as bytes: 128-byte boxes (latent and rope, 128-byte swizzle) and the 16 bytes
     // of scales (no swizzle) at their column offsets (config_fp8_block.hpp).
     const cuuint64_t dims[3] = {row_bytes, cuuint64_t(rows), cuuint64_t(parts)};
-    const cuuint32_t box[3] = {sm90::fp8::kBoxRowBytes, cuuint32_t(rows), 1};
+    const cuuint32_t box[3] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(rows), 1};
     detail::encode_tiled(reinterpret_cast<CUtensorMap*>(tensor_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                         CU_TENSOR_MAP_SWIZZLE_64B, data, 3, dims, strides, box, "the KV cache (per-block fp8)");
+                         CU_TENSOR_MAP_SWIZZLE_128B, data, 3, dims, strides, box, "the KV cache (per-block fp8)");
     const cuuint32_t scale_box[3] = {sm90::fp8_block::kScaleRowBytes, cuuint32_t(rows), 1};
     detail::encode_tiled(reinterpret_cast<CUtensorMap*>(aux_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
                          CU_TENSOR_MAP_SWIZZLE_NONE, data, 3, dims, strides, scale_box,

@@ -156,16 +156,19 @@ void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8,
   std::lock_guard<std::mutex> lock(cache.mutex);
   if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row ||
       cache.q8 != q8 || cache.box_rows != box_rows) {
-    const cuuint32_t box[2] = {sm90::kBoxCols, cuuint32_t(box_rows)};
+    // 128-byte boxes with the 128-byte swizzle, as the cache's (kv_cache.cpp).
+    const cuuint32_t box[2] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(box_rows)};
     const cuuint64_t latent_dims[2] = {cuuint64_t(sm90::kDqkNoRope), cuuint64_t(q.rows)};
     const cuuint64_t latent_strides[1] = {cuuint64_t(sm90::kDqkNoRope)};
-    encode_map(&cache.maps.latent, /*fp8=*/true, q8, 2, latent_dims, latent_strides, box, "the e4m3 Q (latent)");
+    encode_tiled(&cache.maps.latent, CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_SWIZZLE_128B, q8, 2, latent_dims,
+                 latent_strides, box, "the e4m3 Q (latent)");
     // The rope values as bytes; the extent ends at the last row's rope (see encode_q_map).
     const void* rope_base = q.split ? a.q_pe : a.q;
     const int64_t rope_row_bytes = 2 * (q.split ? q.pe_row : q.q_row);
     const cuuint64_t rope_dims[2] = {cuuint64_t(q_pe_col + 128), cuuint64_t(q.rows)};
     const cuuint64_t rope_strides[1] = {cuuint64_t(rope_row_bytes)};
-    encode_map(&cache.maps.rope, /*fp8=*/true, rope_base, 2, rope_dims, rope_strides, box, "q's rope part (bytes)");
+    encode_tiled(&cache.maps.rope, CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_SWIZZLE_128B, rope_base, 2, rope_dims,
+                 rope_strides, box, "q's rope part (bytes)");
     cache.q = a.q;
     cache.q_pe = a.q_pe;
     cache.q_row = q.q_row;

@@ -66,7 +66,7 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
                     sm90::QMaps& maps, int& q_pe_col);
 
 // Per-block fp8 caches: the map of the quantised latent part (q8: [rows][512] e4m3) and
-// that of the bf16 rope part as bytes (64-byte boxes, 64-byte swizzle), from q's columns
+// that of the bf16 rope part as bytes (128-byte boxes, 128-byte swizzle), from q's columns
 // 512..575 or from q_pe; q_pe_col: the rope's first byte column (1024 or 0). box_rows: the
 // kernel's Q tile rows (64, or 16 for the kernel of at most 16 rows: fp8_block_narrow).
 void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int box_rows, QMapCache& cache,

@@ -6,7 +6,7 @@
 // with three changes:
 //  - S = Q K^T sums four e4m3 products, one per 128-dim group g, each times the token's
 //    scale_g (an accumulator per group, folded into S in registers), plus the bf16 rope
-//    product (wgmma bf16 over the same 64-byte swizzled boxes);
+//    product (wgmma bf16 over the same 128-byte swizzled boxes);
 //  - P V of dims in group g takes P times scale_g[token] / M_g: four e4m3 P tiles per
 //    block. M_g, the running maximum of group g's scales over the item's blocks, keeps
 //    them in e4m3 range; O of the group is rescaled by M_g(old) / M_g(new) when it grows
@@ -20,8 +20,9 @@
 // as long as the stage, like the per-tensor kernel's P).
 //
 // Shared memory (bytes):
-//   Q        8 e4m3 boxes + 2 boxes of bf16 rope bytes, [64 rows][64 bytes] each = 40,960
-//   KV[4]    10 boxes as Q (64 tokens) + the scales [64 tokens][16 bytes]      = 41,984 each
+//   Q        4 e4m3 latent boxes + 1 box of bf16 rope bytes, [64 rows][128 bytes] each
+//            (128-byte swizzle, as the per-tensor kernel's latent; v21)            = 40,960
+//   KV[4]    5 boxes as Q (64 tokens) + the scales [64 tokens][16 bytes]       = 41,984 each
 //   own P    [consumer][2 groups][64 rows][64 tokens] e4m3                    = 16,384
 //   zero row, barriers, flags, per-stage factors and P ratios, row statistics ~5.5 KiB = 230,752 (+1 KiB to align)
 // Four stages (the per-tensor kernel has five of 36 KiB; 656-byte tokens leave room for four).
@@ -36,14 +37,14 @@
 namespace kbmla::sm90::fp8_block {
 
 constexpr int kGroups = 4;                // scale groups per token
-constexpr int kQkBoxes = 10;              // 8 latent boxes + 2 rope boxes of 64 bytes
+constexpr int kQkBoxes = 10;              // the row's 640 data bytes in 64-byte units (4 + 1 boxes of 128)
 constexpr uint32_t kScalesOffset = 512;   // byte offsets in the 656-byte token
 constexpr uint32_t kRopeOffset = 528;
 constexpr uint32_t kTokenBytes = 656;
 constexpr uint32_t kScaleRowBytes = 16;   // 4 fp32 per token
 constexpr uint32_t kScalesBytes = kBlockTokens * kScaleRowBytes;                  // 1024
 constexpr uint32_t kStageBytes = kQkBoxes * fp8::kBoxBytes + kScalesBytes;        // 41,984
-constexpr uint32_t kRopeBox = 8;          // first rope box of Q and of a stage
+constexpr uint32_t kRopeBox = 8;          // the rope box of a stage at kRopeBox x 4096 = fp8::kRopeBoxOffset
 static_assert(kQkBoxes * fp8::kBoxRowBytes + kScaleRowBytes == kTokenBytes, "a stage row is one token");
 
 // Registers: with more than 16 rows a consumer holds O^T (128), S and one group's product
@@ -68,7 +69,8 @@ template <bool kNarrow>
 struct SmemLayoutT {
   static constexpr int kStages = kNarrow ? 5 : 4;
   static constexpr uint32_t kQRows = kNarrow ? 16 : kRowsPerCta;  // the host's Q boxes (kFp8BlockNarrowQRows)
-  static constexpr uint32_t kQBoxBytes = kQRows * fp8::kBoxRowBytes;  // a Q box: 1024 or 4096
+  static constexpr uint32_t kQBoxBytes = kQRows * fp8::kBoxRowBytes;  // Q bytes per 64 row bytes: 1024 or 4096
+  static constexpr uint32_t kQLatentBoxBytes = kQRows * fp8::kLatentBoxRowBytes;  // a Q box: 2048 or 8192
   static constexpr uint32_t kPBytes = kQRows * kBlockTokens;          // a P tile: 1024 or 4096
   static constexpr uint32_t q = 0;
   static constexpr uint32_t kv = q + kQkBoxes * kQBoxBytes;

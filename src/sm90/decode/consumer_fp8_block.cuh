@@ -115,25 +115,33 @@ __device__ __forceinline__ void rescale_groups(int wg, float (&o)[4][kAcc], cons
   if (r.x != 1.f || r.y != 1.f) scale_groups(o, r);
 }
 
-// The bf16 rope product into s (4 k-steps of 16 over the two 64-byte rope boxes of Q and of
-// the stage), one commit group.
+// The tiles' k-steps (config_fp8_block.hpp: 128-byte rows, 128-byte swizzle): latent box g
+// (group g, 4 k-steps of 32 e4m3) and the rope box after the four (4 k-steps of 16 bf16);
+// kQBox: the Q tile's box bytes (16 or 64 rows).
+template <uint32_t kQBox>
+__device__ __forceinline__ uint32_t q_step(int box, int k) {
+  return box * kQBox + k * 32;
+}
+__device__ __forceinline__ uint32_t kv_step(int box, int k) { return box * fp8::kLatentBoxBytes + k * 32; }
+
+// The bf16 rope product into s, one commit group.
+template <uint32_t kQBox>
 __device__ __forceinline__ void issue_s_rope(uint64_t q_desc, uint64_t k_desc, float (&s)[32]) {
   wgmma_fence();
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t off = (kRopeBox + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
-    wgmma_qk(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
+    wgmma_qk(desc_advance(q_desc, q_step<kQBox>(kGroups, k)), desc_advance(k_desc, kv_step(kGroups, k)), s, k > 0);
   }
   wgmma_commit();
 }
 
-// Group g's e4m3 product (128 dims: boxes 2g, 2g + 1, 4 k-steps of 32) into t, one commit group.
+// Group g's e4m3 product (its 128 dims) into t, one commit group.
+template <uint32_t kQBox>
 __device__ __forceinline__ void issue_s_group(uint64_t q_desc, uint64_t k_desc, int g, float (&t)[32]) {
   wgmma_fence();
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t off = (2 * g + k / 2) * fp8::kBoxBytes + (k % 2) * 32;
-    wgmma_qk_fp8(desc_advance(q_desc, off), desc_advance(k_desc, off), t, k > 0);
+    wgmma_qk_fp8(desc_advance(q_desc, q_step<kQBox>(g, k)), desc_advance(k_desc, kv_step(g, k)), t, k > 0);
   }
   wgmma_commit();
 }
@@ -142,12 +150,13 @@ __device__ __forceinline__ void issue_s_group(uint64_t q_desc, uint64_t k_desc, 
 // (Q8_g . K8_g). Group g + 1 issues once group g is folded (two accumulators fit the
 // register budget, not three). scales: the stage's [4 groups][64 tokens] fp32 (transposed
 // by the helper).
-__device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, const float* scales, int col_pair,
+__device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, const float* scales, int col_pair,
                                           float inv_qs0, float inv_qs1, float (&s)[32]) {
-  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
+  constexpr uint32_t kQBox = SmemLayoutT<false>::kQLatentBoxBytes;
+  const uint64_t q_desc = desc_k_major(q_addr), k_desc = desc_k_major(stage_addr);
   float t[32];
-  issue_s_rope(q_desc, k_desc, s);
-  issue_s_group(q_desc, k_desc, 0, t);
+  issue_s_rope<kQBox>(q_desc, k_desc, s);
+  issue_s_group<kQBox>(q_desc, k_desc, 0, t);
   wgmma_wait<1>();
   sm90::fence_accumulators(s);
 #pragma unroll
@@ -171,7 +180,7 @@ __device__ __forceinline__ void compute_s(uint64_t q_desc, uint32_t stage_addr, 
     }
     if (g + 1 < kGroups) {
       sm90::fence_accumulators(t);
-      issue_s_group(q_desc, k_desc, g + 1, t);
+      issue_s_group<kQBox>(q_desc, k_desc, g + 1, t);
     }
   }
 }
@@ -232,26 +241,22 @@ __device__ __forceinline__ void issue_pv_grouped(float (&o)[4][kAcc], uint32_t (
 // scale: the rope product and the four group products issued at once (8 accumulators
 // each: all fit, no wait between them), then folded: rope / q_scale + sum_g scale_g[token]
 // x t_g. The lane's tokens are 16w + l/4 and + 8 (two scales per group). The Q tile's boxes
-// are 16 rows (kQBoxBytes apart), the stage's 64 tokens.
-__device__ __forceinline__ void compute_st(uint64_t q_desc, uint32_t stage_addr, const float* scales,
+// are 16 rows, the stage's 64 tokens.
+__device__ __forceinline__ void compute_st(uint32_t q_addr, uint32_t stage_addr, const float* scales,
                                            const float (&inv_qs)[4], float (&s)[8]) {
-  constexpr uint32_t kQBoxBytes = SmemLayoutT<true>::kQBoxBytes;
-  const uint64_t k_desc = desc_k_major_sw64(stage_addr);
+  constexpr uint32_t kQBox = SmemLayoutT<true>::kQLatentBoxBytes;
+  const uint64_t q_desc = desc_k_major(q_addr), k_desc = desc_k_major(stage_addr);
   float t[kGroups][8];
   wgmma_fence();
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const uint32_t box = kRopeBox + k / 2, in_row = (k % 2) * 32;
-    wgmma_kq_bf16(desc_advance(k_desc, box * fp8::kBoxBytes + in_row), desc_advance(q_desc, box * kQBoxBytes + in_row),
-                  s, k > 0);
+    wgmma_kq_bf16(desc_advance(k_desc, kv_step(kGroups, k)), desc_advance(q_desc, q_step<kQBox>(kGroups, k)), s, k > 0);
   }
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t box = 2 * g + k / 2, in_row = (k % 2) * 32;
-      wgmma_kq_fp8(desc_advance(k_desc, box * fp8::kBoxBytes + in_row), desc_advance(q_desc, box * kQBoxBytes + in_row),
-                   t[g], k > 0);
+      wgmma_kq_fp8(desc_advance(k_desc, kv_step(g, k)), desc_advance(q_desc, q_step<kQBox>(g, k)), t[g], k > 0);
     }
   }
   wgmma_commit();
@@ -295,9 +300,9 @@ struct BlockWideRows : fp8::WideRows<kQkBoxes> {
     inv_qs1 = 1.f / fp8::row_q_scale(p, it, r1);
   }
 
-  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
+  __device__ __forceinline__ void block_max(int wg, uint32_t q_addr, uint32_t stage_addr, const float* scales, int blk,
                                             float*) {
-    compute_s(q_desc, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
+    compute_s(q_addr, stage_addr, scales, col_pair, inv_qs0, inv_qs1, s);
     mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
     block_row_max(s, mx0, mx1);
   }
@@ -332,9 +337,9 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
     for (int j = 0; j < 4; ++j) inv_qs[j] = 1.f / fp8::row_q_scale(p, it, row(n0, j));
   }
 
-  __device__ __forceinline__ void block_max(int wg, uint64_t q_desc, uint32_t stage_addr, const float* scales, int blk,
+  __device__ __forceinline__ void block_max(int wg, uint32_t q_addr, uint32_t stage_addr, const float* scales, int blk,
                                             float* exchange) {
-    compute_st(q_desc, stage_addr, scales, inv_qs, s);
+    compute_st(q_addr, stage_addr, scales, inv_qs, s);
     reduce_block_max(wg, blk, exchange);
   }
 
@@ -366,7 +371,7 @@ struct PerBlockScaling {
   using Layout = SmemLayoutT<kAcc_ == 8>;
   using Rows = std::conditional_t<kAcc_ == 8, BlockNarrowRows, BlockWideRows>;
   static constexpr int kAcc = kAcc_;
-  static constexpr bool kWideLatent = false;  // 64-byte boxes throughout
+  static constexpr bool kWideLatent = true;  // 128-byte latent boxes (config_fp8_block.hpp)
   static constexpr int kStages = Layout::kStages;
   static constexpr int kSlots = Layout::kHandoverSlots;
   static constexpr uint32_t kStageBytes = fp8_block::kStageBytes;
@@ -396,7 +401,7 @@ struct PerBlockScaling {
   }
   __device__ __forceinline__ void block_max(Rows& rows, int wg, uint32_t q_addr, uint32_t stage_addr, int stage,
                                             int blk, float* exchange) const {
-    rows.block_max(wg, desc_k_major_sw64(q_addr), stage_addr, scales(stage), blk, exchange);
+    rows.block_max(wg, q_addr, stage_addr, scales(stage), blk, exchange);
   }
   __device__ __forceinline__ void write_p(Rows& rows, int wg, int stage, int, int lane) const {
     const __half2* ratios = reinterpret_cast<const __half2*>(smem + Layout::p_ratios) + stage * kGroups * 32;

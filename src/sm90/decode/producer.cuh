@@ -32,6 +32,8 @@ struct Fp8Smem {
   using Layout = fp8::SmemLayout;
   using Maps = KvFp8Maps;
   static constexpr bool kWideLatent = true;  // 128-byte latent boxes (config_fp8.hpp)
+  static constexpr uint32_t kRopeRowBytes = fp8::kBoxRowBytes;  // the rope box: 64 e4m3
+  static constexpr uint32_t kQLatentBoxBytes = fp8::kLatentBoxBytes;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kQBoxBytes = kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
@@ -43,7 +45,9 @@ template <bool kNarrow>
 struct Fp8BlockSmem {
   using Layout = fp8_block::SmemLayoutT<kNarrow>;
   using Maps = KvBlockMaps;
-  static constexpr bool kWideLatent = false;
+  static constexpr bool kWideLatent = true;  // 128-byte latent and rope boxes (config_fp8_block.hpp)
+  static constexpr uint32_t kRopeRowBytes = fp8::kLatentBoxRowBytes;  // the rope box: 64 bf16
+  static constexpr uint32_t kQLatentBoxBytes = Layout::kQLatentBoxBytes;
   static constexpr uint32_t kBoxBytes = fp8::kBoxBytes;  // 4096
   static constexpr uint32_t kQBoxBytes = Layout::kQBoxBytes;  // 16 or 64 rows
   static constexpr uint32_t kBoxRowBytes = fp8::kBoxRowBytes;
@@ -87,8 +91,9 @@ struct PagedKvLoader {
   // fp8: two 64-byte boxes of the bf16 rope at bytes 528 and 592); then the per-block
   // cache's scale box (bytes 512..527 of the row, unswizzled, after the stage's boxes).
   // kWideLatent (the per-tensor fp8 cache): four 128-byte latent boxes and the rope box.
-  static constexpr int kBoxes = Smem::kWideLatent ? fp8::kWideLatentBoxes + (QkBoxes > kLatentBoxes ? 1 : 0)
-                                                  : QkBoxes + (kScaleRowBytes > 0 ? 1 : 0);
+  static constexpr int kBoxes = Smem::kWideLatent ? fp8::kWideLatentBoxes + (QkBoxes > kLatentBoxes ? 1 : 0) +
+                                                        (kScaleRowBytes > 0 ? 1 : 0)
+                                                  : QkBoxes;
   const typename Smem::Maps* maps;
   const DecodeParams& p;
 
@@ -138,22 +143,25 @@ struct PagedKvLoader {
     uint8_t* dst = stage + j * kBoxBytes + row0 * kBoxRowBytes;
     int col = j * kBoxCols;
     if constexpr (Smem::kWideLatent) {
+      // Four 128-byte latent boxes, the rope box (64 e4m3, or the per-block cache's 64 bf16
+      // at byte 528), the per-block cache's scale box (bytes 512..527, unswizzled).
       if (j < fp8::kWideLatentBoxes) {
         dst = stage + j * fp8::kLatentBoxBytes + row0 * fp8::kLatentBoxRowBytes;
         col = j * fp8::kLatentBoxRowBytes;
+      } else if (j == fp8::kWideLatentBoxes) {
+        dst = stage + fp8::kRopeBoxOffset + row0 * Smem::kRopeRowBytes;
+        if constexpr (kScaleRowBytes > 0) {
+          col = fp8_block::kRopeOffset;
+        } else {
+          map = &maps->rope;
+          col = kDqkNoRope;
+        }
       } else {
-        map = &maps->rope;
-        dst = stage + fp8::kRopeBoxOffset + row0 * fp8::kBoxRowBytes;
-        col = kDqkNoRope;
-      }
-    }
-    if constexpr (kScaleRowBytes > 0) {
-      if (j == QkBoxes) {
-        map = &maps->scales;
-        dst = stage + QkBoxes * kBoxBytes + row0 * kScaleRowBytes;
-        col = fp8_block::kScalesOffset;
-      } else if (j >= kLatentBoxes) {
-        col = fp8_block::kRopeOffset + (j - kLatentBoxes) * kBoxCols;
+        if constexpr (kScaleRowBytes > 0) {
+          map = &maps->scales;
+          dst = stage + QkBoxes * kBoxBytes + row0 * kScaleRowBytes;
+          col = fp8_block::kScalesOffset;
+        }
       }
     }
     if (multicast) {
@@ -223,38 +231,30 @@ struct PagedKvLoader {
       high = entries(batch, block)[lane + 32];
       errors |= checked(high);
     }
-    // e4m3 rows (64-byte box rows, 64-byte swizzle: chunk k of 4 of row t at k ^ (t / 2) % 4):
-    // lane l copies chunk l (box l / 4) and lanes 0..3 also chunk 32 + l (box 8). Per-block
-    // fp8 rows (656 bytes): lanes 0..7 also copy the rope's chunk l (bytes 528 + 16 l, box 8
-    // + l / 4) and lane 8 the scales (bytes 512..527, the stage's unswizzled scale rows).
-    // Per-tensor e4m3 rows (kWideLatent): lane l copies chunk l of the latent part (box l / 8
-    // of 128-byte rows, chunk l % 8 at (l % 8) ^ t % 8) and lanes 0..3 the rope's chunk l
-    // (64-byte rows, at l ^ (t / 2) % 4).
-    constexpr bool kFp8Rows = kBoxRowBytes == 64 && !Smem::kWideLatent;
+    // e4m3 rows (kWideLatent): lane l copies chunk l of the latent part (box l / 8 of
+    // 128-byte rows, chunk l % 8 at (l % 8) ^ t % 8); per-tensor: lanes 0..3 the rope's chunk
+    // l (64-byte rows, at l ^ (t / 2) % 4); per-block (656-byte rows): lanes 0..7 the bf16
+    // rope's chunk l (bytes 528 + 16 l, 128-byte rows, at l ^ t % 8) and lane 8 the scales
+    // (bytes 512..527, the stage's unswizzled scale rows). bf16 rows: 128-byte box rows,
+    // lane l chunk l % 8 of boxes l / 8, + 4, + 8.
     const uint8_t* lane_src = p.kv_cache + lane * 16;
-    const uint32_t lane_dst = stage + (kFp8Rows ? lane >> 2 : lane >> 3) * kBoxBytes;
+    const uint32_t lane_dst = stage + (lane >> 3) * kBoxBytes;
     for (int t = 0; t < tokens; ++t) {
       const int page_index = t >> p.page_log2;
       const int32_t page = __shfl_sync(0xffffffffu, page_index < 32 ? low : high, page_index & 31);
       const int64_t token = (int64_t{page} << p.page_log2) + (t & ((1 << p.page_log2) - 1));
       const uint8_t* src = lane_src + token * kRowBytes;
       if constexpr (Smem::kWideLatent) {
-        cp_async_16(stage + (lane >> 3) * fp8::kLatentBoxBytes + t * fp8::kLatentBoxRowBytes + (((lane ^ t) & 7) << 4),
-                    src);
-        if (QkBoxes > kLatentBoxes && lane < 4) {
-          cp_async_16(stage + fp8::kRopeBoxOffset + t * fp8::kBoxRowBytes + (((lane ^ (t >> 1)) & 3) << 4),
-                      src + kDqkNoRope);
-        }
-      } else if constexpr (kFp8Rows) {
-        const uint32_t dst = lane_dst + t * 64 + (((lane ^ (t >> 1)) & 3) << 4);
-        cp_async_16(dst, src);
+        const uint32_t row = ((lane ^ t) & 7) << 4;  // chunk l % 8 of a 128-byte row t
+        cp_async_16(stage + (lane >> 3) * fp8::kLatentBoxBytes + t * fp8::kLatentBoxRowBytes + row, src);
+        const uint32_t rope = stage + fp8::kRopeBoxOffset;
         if constexpr (kScaleRowBytes > 0) {
-          if (lane < 8) cp_async_16(dst + 8 * kBoxBytes, src + fp8_block::kRopeOffset);
+          if (lane < 8) cp_async_16(rope + t * Smem::kRopeRowBytes + row, src + fp8_block::kRopeOffset);
           if (lane == 8) {
             cp_async_16(stage + QkBoxes * kBoxBytes + t * kScaleRowBytes, src + fp8_block::kScalesOffset - 16 * 8);
           }
-        } else {
-          if (QkBoxes > 8 && lane < 4) cp_async_16(dst + 8 * kBoxBytes, src + 512);
+        } else if (QkBoxes > kLatentBoxes && lane < 4) {
+          cp_async_16(rope + t * Smem::kRopeRowBytes + (((lane ^ (t >> 1)) & 3) << 4), src + kDqkNoRope);
         }
       } else {
         const uint32_t dst = lane_dst + t * 128 + (((lane ^ t) & 7) << 4);
@@ -293,14 +293,16 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
     Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kQBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;
     if constexpr (Smem::kWideLatent) {
-      // The e4m3 Q as the stages (config_fp8.hpp): four 128-byte latent boxes, the rope box.
+      // Q as the stages: four 128-byte latent boxes (e4m3), the rope box (per-tensor: e4m3 at
+      // column 512; per-block: the bf16 rope's bytes from q_pe_col).
 #pragma unroll
       for (int j = 0; j < fp8::kWideLatentBoxes; ++j) {
-        tma_load_q_box(&q_maps->latent, q_full, smem + Layout::q + j * fp8::kLatentBoxBytes,
+        tma_load_q_box(&q_maps->latent, q_full, smem + Layout::q + j * Smem::kQLatentBoxBytes,
                        j * fp8::kLatentBoxRowBytes, q_row);
       }
       if constexpr (QkBoxes > kLatentBoxes) {
-        tma_load_q_box(&q_maps->rope, q_full, smem + Layout::q + fp8::kRopeBoxOffset, p.q_pe_col, q_row);
+        tma_load_q_box(&q_maps->rope, q_full, smem + Layout::q + fp8::kWideLatentBoxes * Smem::kQLatentBoxBytes,
+                       p.q_pe_col, q_row);
       }
     } else {
 #pragma unroll
