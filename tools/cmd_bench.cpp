@@ -297,8 +297,7 @@ int run_bench(const BenchOptions& o) {
       opt.static_splits = splits;
       opt.batch_invariant_split_blocks = invariant_blocks;
       if (o.cost.per_kv_block > 0 || o.cost.per_item > 0 || o.cost.per_split > 0) {
-        const int rows = std::min(bc.heads * bc.q_len,
-                                  sm90_q_tiling(bc.heads, bc.q_len, kv_dtype != KvDtype::kBFloat16).rows_per_cta);
+        const int rows = std::min(bc.heads * bc.q_len, kSm90RowsPerCta);
         CostModel c = kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows) : sm90_bf16_cost_model(rows);
         if (o.cost.per_kv_block > 0) c.per_kv_block = o.cost.per_kv_block;
         if (o.cost.per_item > 0) c.per_item = o.cost.per_item;

@@ -127,14 +127,11 @@ PlanShape shape_for(int batch, int q_len, int heads, KvDtype kv_dtype, const Pla
   s.q_len = q_len;
   s.heads = heads;
   s.causal = !o.no_causal;
-  // The decode's own tiling (by cache dtype), its cluster size overridden by --cluster.
-  Sm90QTiling tiling = sm90_q_tiling(heads, q_len, kv_dtype != KvDtype::kBFloat16);
-  if (o.cluster > 0) tiling.cluster_size = o.cluster;
-  s.cluster_size = tiling.cluster_size;
-  s.tile_rows = tiling.tile_rows();
+  s.cluster_size = o.cluster > 0 ? o.cluster : sm90_cluster_size(heads, q_len);
+  s.tile_rows = kSm90RowsPerCta * s.cluster_size;
   s.num_ctas = o.sms;
   // The decode's own model (by cache dtype) unless the cost flags override it.
-  const int rows = std::min(heads * q_len, tiling.rows_per_cta);
+  const int rows = std::min(heads * q_len, kSm90RowsPerCta);
   s.cost = o.cost_given                       ? o.cost
            : kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows)
                                               : sm90_bf16_cost_model(rows);

@@ -75,19 +75,4 @@ DecodeTilers select_decode_tilers(int heads, int q_len, bool is_fp8, ComputeCapa
 constexpr int kSm90RowsPerCta = 64;
 int sm90_cluster_size(int heads, int q_len);
 
-// The q tiling the sm_90a kernels run: rows per CTA and CTAs per cluster (a q tile is
-// their product). bf16 caches, and fp8 caches above 64 rows: 64 rows per CTA,
-// sm90_cluster_size. fp8 caches up to 64 rows: 16 rows per CTA (the S^T = K Q^T kernel,
-// tokens as wgmma M, rows as N = 16) in a cluster of ceil(rows / 16) CTAs that share each
-// KV stage by TMA multicast. With the cache at one byte per value a CTA of 64 rows has
-// twice the tensor work per loaded byte of a bf16 one; four CTAs of 16 rows split that
-// work while each KV byte still leaves L2 once.
-struct Sm90QTiling {
-  int rows_per_cta = kSm90RowsPerCta;
-  int cluster_size = 1;
-  int tile_rows() const { return rows_per_cta * cluster_size; }
-};
-constexpr int kSm90NarrowRowsPerCta = 16;
-Sm90QTiling sm90_q_tiling(int heads, int q_len, bool fp8_cache);
-
 }  // namespace kbmla

@@ -49,15 +49,4 @@ int sm90_cluster_size(int heads, int q_len) {
   return heads * q_len > kSm90RowsPerCta ? 2 : 1;
 }
 
-Sm90QTiling sm90_q_tiling(int heads, int q_len, bool fp8_cache) {
-  Sm90QTiling t;
-  t.cluster_size = sm90_cluster_size(heads, q_len);
-  const int rows = heads * q_len;
-  if (fp8_cache && rows <= kSm90RowsPerCta) {
-    t.rows_per_cta = kSm90NarrowRowsPerCta;
-    t.cluster_size = (rows + kSm90NarrowRowsPerCta - 1) / kSm90NarrowRowsPerCta;
-  }
-  return t;
-}
-
 }  // namespace kbmla

@@ -135,13 +135,12 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   // planner does not see: it plans every q tile (as without a mask), and the kernel masks
   // and skips blocks by global position.
   shape.causal = config.causal && config.dcp_world == 1;
-  const Sm90QTiling tiling = sm90_q_tiling(config.heads, config.q_len, config.kv_dtype != KvDtype::kBFloat16);
-  shape.cluster_size = tiling.cluster_size;
-  shape.tile_rows = tiling.tile_rows();
+  shape.cluster_size = sm90_cluster_size(config.heads, config.q_len);
+  shape.tile_rows = kSm90RowsPerCta * shape.cluster_size;
   shape.kv_block = sm90::kBlockTokens;
   shape.num_ctas = options.num_ctas;
   shape.fixed_split_blocks = options.batch_invariant_split_blocks;
-  const int rows = std::min(config.heads * config.q_len, tiling.rows_per_cta);
+  const int rows = std::min(config.heads * config.q_len, sm90::kRowsPerCta);
   shape.cost = options.cost                              ? *options.cost
                : config.kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows)
                                                          : sm90_bf16_cost_model(rows);
@@ -150,18 +149,15 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
 
 namespace {
 
-// 0 = every SM; for clusters, as many CTAs as the device co-schedules in clusters of that
-// size (a GPC whose free SMs are not a multiple of it leaves some idle), so no cluster
-// slot of the persistent grid waits for another to finish. Plans are made every step, and
-// the property and occupancy queries cost driver round trips: they are asked once per
-// device and cluster size.
+// 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
+// (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the
+// persistent grid waits for another to finish. Plans are made every step, and the
+// property and occupancy queries cost driver round trips: they are asked once per device.
 int resolve_num_ctas(int requested, const DecodeConfig& config) {
   if (requested != 0) return requested;
-  constexpr int kMaxCluster = 4;  // sm90_q_tiling: 2 (bf16, > 64 rows) or 2..4 (fp8, 17..64 rows)
   struct Budget {
     bool known = false;
-    int sm_count = 0;
-    int clusters[kMaxCluster + 1] = {};  // co-scheduled clusters of each size
+    int sm_count = 0, pair_clusters = 0;
   };
   static std::mutex mutex;
   static std::vector<Budget> budgets;  // per device ordinal
@@ -174,15 +170,11 @@ int resolve_num_ctas(int requested, const DecodeConfig& config) {
     DeviceInfo dev = query_device(d);
     require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
     b.sm_count = dev.sm_count;
-    for (int c = 2; c <= kMaxCluster; ++c) {
-      b.clusters[c] = dev.supported ? sm90::max_active_clusters(c) : dev.sm_count / c;
-    }
+    b.pair_clusters = dev.supported ? sm90::max_active_clusters(2) : dev.sm_count / 2;
     b.known = true;
   }
-  const int c = sm90_q_tiling(config.heads, config.q_len, config.kv_dtype != KvDtype::kBFloat16).cluster_size;
-  require(c >= 1 && c <= kMaxCluster, "plan: cluster size ", c, " outside 1..", kMaxCluster);
-  if (c == 1) return b.sm_count;
-  return std::min(b.sm_count, c * b.clusters[c]);
+  if (sm90_cluster_size(config.heads, config.q_len) == 1) return b.sm_count;
+  return std::min(b.sm_count, 2 * b.pair_clusters);
 }
 }  // namespace
 
@@ -445,7 +437,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     uint8_t* q8 = ws_base + area.q8_offset;
     float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
     quantize = {a.q, q.q_row, nullptr, 0, sm90::kDqkNoRope, sm90::kDqkNoRope, q.rows, q8, row_scales};
-    const bool narrow = sm90::fp8_narrow(h.shape.tile_rows / h.shape.cluster_size);
+    const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
     detail::fp8_block_q_maps_for(q, a, q8, narrow ? int(sm90::kFp8BlockNarrowQRows) : sm90::kRowsPerCta, P.q_maps,
                                  q_maps, q_pe_col);
     q_scale = row_scales;
@@ -477,7 +469,6 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.num_q_tiles = h.counts.num_q_tiles;
   p.tile_rows = h.shape.tile_rows;
   p.cluster_size = h.shape.cluster_size;
-  p.rows_per_cta = h.shape.tile_rows / h.shape.cluster_size;
   p.page_size = c.page_size;
   p.page_log2 = __builtin_ctz(unsigned(c.page_size));  // a power of two (validate_config)
   p.max_pages = a.max_pages;

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <random>
-#include <utility>
 
 #include "kbmla/error.hpp"
 #include "kbmla/fast_divmod.hpp"
@@ -125,37 +124,6 @@ TEST(Tilers, Sm90UsesOneWarpgroupRowsAnd64TokenStages) {
   EXPECT_EQ(sm90_cluster_size(16, 8), 2);
   EXPECT_THROW(sm90_cluster_size(129, 1), Error);
   EXPECT_THROW(sm90_cluster_size(16, 0), Error);
-}
-
-TEST(Tilers, Sm90QTilingByCacheDtype) {
-  auto tiling = [](int heads, int q_len, bool fp8) {
-    const Sm90QTiling t = sm90_q_tiling(heads, q_len, fp8);
-    return std::pair{t.rows_per_cta, t.cluster_size};
-  };
-  // bf16: 64 rows per CTA, a 2-CTA cluster above 64 rows.
-  EXPECT_EQ(tiling(16, 1, false), std::pair(64, 1));
-  EXPECT_EQ(tiling(16, 4, false), std::pair(64, 1));
-  EXPECT_EQ(tiling(128, 1, false), std::pair(64, 2));
-  // fp8 up to 64 rows: CTAs of 16 rows, ceil(rows / 16) of them.
-  EXPECT_EQ(tiling(16, 1, true), std::pair(16, 1));
-  EXPECT_EQ(tiling(1, 1, true), std::pair(16, 1));
-  EXPECT_EQ(tiling(17, 1, true), std::pair(16, 2));
-  EXPECT_EQ(tiling(12, 4, true), std::pair(16, 3));
-  EXPECT_EQ(tiling(16, 4, true), std::pair(16, 4));
-  EXPECT_EQ(tiling(64, 1, true), std::pair(16, 4));
-  // fp8 above 64 rows: as bf16.
-  EXPECT_EQ(tiling(13, 5, true), std::pair(64, 2));
-  EXPECT_EQ(tiling(24, 9, true).second * tiling(24, 9, true).first, 128);
-  EXPECT_THROW(sm90_q_tiling(129, 1, true), Error);
-  for (int heads = 1; heads <= 128; ++heads) {
-    for (int q_len = 1; q_len * heads <= 128; ++q_len) {
-      for (bool fp8 : {false, true}) {
-        const Sm90QTiling t = sm90_q_tiling(heads, q_len, fp8);
-        EXPECT_GE(t.tile_rows(), heads * q_len) << heads << " x " << q_len;  // one q tile per request
-        EXPECT_LE(t.cluster_size, 4);
-      }
-    }
-  }
 }
 
 TEST(Tilers, RejectUnsupportedArchAndBadShapes) {

@@ -131,9 +131,8 @@ std::vector<GpuCase> sweep_cases() {
     c.page_size = 1;
     fp8(c);
   }
-  // 17..64 rows: clusters of ceil(rows / 16) CTAs of 16 rows (sm90_q_tiling) sharing each
-  // stage by multicast: 3 CTAs (Kimi's 12 heads x q_len 4), 2 CTAs with a partly padded
-  // second CTA (25 rows) under a 5-CTA budget (two clusters), 3 CTAs static non-causal.
+  // 17..64-row tiles with padding rows: Kimi's 12 heads x q_len 4 (48 rows), 25 rows under
+  // a 5-CTA budget, 40 rows static non-causal.
   fp8({12, 4, {3000, 64, 5}, Policy::kWorkList, 0, 0, true, seed++});
   fp8({5, 5, {130, 4097, 7}, Policy::kWorkList, 5, 0, true, seed++});
   fp8({20, 2, {700, 70, 64 * 20}, Policy::kStatic, 0, 3, false, seed++});
@@ -172,7 +171,7 @@ std::vector<GpuCase> sweep_cases() {
     c.fp8_block_any_scales = true;
     fp8_block(c);
   }
-  // 17..64 rows in clusters of 16-row CTAs (as the per-tensor cases above).
+  // 17..64-row tiles with padding rows (as the per-tensor cases above).
   fp8_block({12, 4, {3000, 64, 5}, Policy::kWorkList, 0, 0, true, seed++});
   fp8_block({5, 5, {130, 4097, 7}, Policy::kWorkList, 5, 0, true, seed++});
   fp8_block({20, 2, {700, 70, 64 * 20}, Policy::kStatic, 0, 3, false, seed++});

@@ -79,7 +79,7 @@ void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodePar
 }  // namespace
 
 int max_active_clusters(int cluster_size) {
-  require(cluster_size >= 1 && cluster_size <= 4, "decode: cluster size (", cluster_size, ") must be in 1..4");
+  require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
   auto kernel = mla_decode_bf16_kernel<KernelMode::kFull, kQkBoxes, false>;
   const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));

@@ -79,11 +79,10 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
 // boxes from byte p.q_pe_col); always after the Q quantiser.
 void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream);
-// Whether the fp8 kernels for 16 rows per CTA run (S^T = K Q^T, rows as N = 16;
-// sm90_q_tiling): the per-block kernel's Q maps then have boxes of 16 rows
-// (config_fp8_block.hpp, SmemLayoutT).
+// Whether the per-block kernel for at most 16 rows runs (S^T, 16-row Q tile): its Q maps
+// then have boxes of 16 rows (config_fp8_block.hpp, SmemLayoutT).
+inline bool fp8_block_narrow(int rows, int cluster_size) { return rows <= 16 && cluster_size == 1; }
 constexpr uint32_t kFp8BlockNarrowQRows = 16;
-inline bool fp8_narrow(int rows_per_cta) { return rows_per_cta == int(kFp8BlockNarrowQRows); }
 
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to
 // e4m3 per row: scale = max |q| / 448, q8 = q / scale. q8 dense [rows][d_qk], scales [rows].

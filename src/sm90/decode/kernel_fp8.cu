@@ -101,8 +101,8 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
                        cudaStream_t stream, bool after_quantiser) {
   require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
           kDqk, ", ", kDqkNoRope);
-  // 16 query rows per CTA (sm90_q_tiling): S^T and P V with N = 16.
-  const bool narrow = fp8_narrow(p.rows_per_cta);
+  // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
+  const bool narrow = p.rows <= 16 && p.cluster_size == 1;
   if (p.d_qk == kDqkNoRope) {
     return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);

@@ -83,7 +83,7 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
                              cudaStream_t stream) {
   require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
   // q_maps.latent / .rope have 16-row boxes for this kernel (fp8_block_narrow).
-  if (fp8_narrow(p.rows_per_cta)) return launch_block<8>(q_maps, kv_maps, p, grid, stream);
+  if (fp8_block_narrow(p.rows, p.cluster_size)) return launch_block<8>(q_maps, kv_maps, p, grid, stream);
   launch_block<32>(q_maps, kv_maps, p, grid, stream);
 }
 

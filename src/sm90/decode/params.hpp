@@ -26,9 +26,8 @@ struct DecodeParams {
   int rows;            // heads * q_len
   int d_qk;            // 576 or 512 (selects the instantiation)
   int num_q_tiles;
-  int tile_rows;       // rows_per_cta * cluster_size
-  int cluster_size;    // 1..4 (sm90_q_tiling)
-  int rows_per_cta;    // 64, or 16 for the fp8 kernels' S^T tiles
+  int tile_rows;       // 64 * cluster_size
+  int cluster_size;
   int page_size;
   int page_log2;       // log2(page_size): the loader's shifts
   bool gather_rows;    // page_size < kGatherBelowPage: cp.async row gather instead of TMA

@@ -138,7 +138,7 @@ struct PagedKvLoader {
   // Box j (kBoxes above) of the row group (a 64-token part or one small page) whose first
   // row lands at row `row0` of the stage.
   __device__ __forceinline__ void issue_box(int j, int32_t page, uint64_t* bar, uint8_t* stage, int row0,
-                                            uint16_t multicast_mask) const {
+                                            bool multicast) const {
     const CUtensorMap* map = data_map(maps);
     uint8_t* dst = stage + j * kBoxBytes + row0 * kBoxRowBytes;
     int col = j * kBoxCols;
@@ -164,24 +164,23 @@ struct PagedKvLoader {
         }
       }
     }
-    if (multicast_mask != 0) {
-      tma_load_kv_box_multicast(map, bar, dst, col, 0, page, multicast_mask);
+    if (multicast) {
+      tma_load_kv_box_multicast(map, bar, dst, col, 0, page, uint16_t{0x3});
     } else {
       tma_load_kv_box(map, bar, dst, col, 0, page);
     }
   }
 
   // The boxes of one row group (a 64-token part, or one small page) at stage row `row0`.
-  // In a cluster of c CTAs the producer of rank r issues boxes r, r + c, ..., multicast to
-  // all, so each KV byte leaves L2 once per q tile.
+  // In a 2-CTA cluster each producer issues every other box, multicast to both, so each
+  // KV byte leaves L2 once per q tile.
   __device__ __forceinline__ void issue_rows(int32_t page, uint64_t* bar, uint8_t* stage, int row0, int cluster_size,
                                              int rank) const {
     if (cluster_size == 1) {
 #pragma unroll
-      for (int j = 0; j < kBoxes; ++j) issue_box(j, page, bar, stage, row0, 0);
+      for (int j = 0; j < kBoxes; ++j) issue_box(j, page, bar, stage, row0, false);
     } else {
-      const uint16_t every_cta = uint16_t((1u << cluster_size) - 1);
-      for (int j = rank; j < kBoxes; j += cluster_size) issue_box(j, page, bar, stage, row0, every_cta);
+      for (int j = rank; j < kBoxes; j += 2) issue_box(j, page, bar, stage, row0, true);
     }
   }
 

@@ -16,7 +16,7 @@ struct Item {
   bool run;          // false: nothing for this CTA (no rows, or request without work)
   int q_tile, batch, split;
   int seqlen;        // clamped to [0, max_pages * page_size]
-  int row_begin;     // first row (within the request) of this CTA's slice of the tile
+  int row_begin;     // first row (within the request) of this CTA's 64-row slice
   int blk_begin, blk_end;  // KV blocks to process, clipped to the slice's visible keys
   int slot;          // partial-output slot, or -1 when this item writes the final output
   uint32_t errors;   // DeviceErrorBits seen while resolving
@@ -89,12 +89,12 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
     L = p.seqlen_capacity;
   }
   it.seqlen = L;
-  // The CTAs of a cluster share the KV stream (multicast), so whether an item runs and
-  // which blocks it covers are decided on the whole q tile: a CTA whose rows lie past the
-  // request's rows (or see fewer keys than its peers') still loads its share of every box
-  // and masks; its epilogue writes nothing for rows >= p.rows.
+  // Both CTAs of a cluster share the KV stream (multicast), so whether an item runs and
+  // which blocks it covers are decided on the whole q tile: a CTA whose 64 rows lie past
+  // the request's rows (or see fewer keys than its peer's) still loads its half of every
+  // box and masks; its epilogue writes nothing for rows >= p.rows.
   const int tile_begin = w.q_tile * p.tile_rows;
-  it.row_begin = tile_begin + w.cta_in_cluster * p.rows_per_cta;
+  it.row_begin = tile_begin + w.cta_in_cluster * kRowsPerCta;
   const int ns = p.splits.num_splits[w.batch];
   it.run = tile_begin < p.rows && ns > 0 && w.split < ns;
   if (!it.run) return it;
