@@ -22,6 +22,7 @@
 #include "kbmla/device.hpp"
 #include "kbmla/error.hpp"
 #include "src/runtime/decode_internal.hpp"
+#include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
@@ -285,11 +286,13 @@ int run_bench(const BenchOptions& o) {
       return a;
     };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
-                       sm90::KernelMode mode = sm90::KernelMode::kFull, int invariant_blocks = 0) {
+                       sm90::KernelMode mode = sm90::KernelMode::kFull, int invariant_blocks = 0,
+                       bool with_combine = true) {
       Measurement m;
       m.policy = policy_name(policy);
       if (mode == sm90::KernelMode::kLoadOnly) m.policy += "/load_only";
       if (mode == sm90::KernelMode::kMathOnly) m.policy += "/math_only";
+      if (!with_combine) m.policy += "/no_combine";
       if (invariant_blocks > 0) m.policy += "/invariant";
       PlanOptions opt;
       opt.policy = policy;
@@ -310,7 +313,7 @@ int run_bench(const BenchOptions& o) {
       m.split_kv = plan.options().static_splits;
       DeviceBuffer ws(plan.workspace_bytes());
       const DecodeArgs a = case_args(plan, ws);
-      m.median_us = median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode); }, runs, o.warmup, stream);
+      m.median_us = median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode, with_combine); }, runs, o.warmup, stream);
       {
         // Host time of one decode call (checks, Q tensor map, the launches), which the
         // event-timed median includes: the GPU is idle when each timed run is enqueued.
@@ -370,11 +373,13 @@ int run_bench(const BenchOptions& o) {
 
     std::vector<std::pair<std::string, sm90::KernelMode>> runs_to_do;
     for (const std::string& pname : policies) runs_to_do.push_back({pname, sm90::KernelMode::kFull});
-    // The spike modes exist for the bf16 kernel, d_qk 576.
-    if (o.spike && bc.d_qk == 576 && kv_dtype == KvDtype::kBFloat16) {
+    // The spike modes exist for the bf16 kernel, d_qk 576, pages loaded by TMA.
+    if (o.spike && bc.d_qk == 576 && kv_dtype == KvDtype::kBFloat16 && page_size >= sm90::kGatherBelowPage) {
       runs_to_do.push_back({"worklist", sm90::KernelMode::kLoadOnly});
       runs_to_do.push_back({"worklist", sm90::KernelMode::kMathOnly});
     }
+    // Every kernel: the full decode without the combine (issue 4 item 3's bound).
+    if (o.spike) runs_to_do.push_back({"worklist/no_combine", sm90::KernelMode::kFull});
     if (o.device_plan) runs_to_do.push_back({"worklist/device_plan", sm90::KernelMode::kFull});
     if (o.invariant_blocks > 0) runs_to_do.push_back({"worklist/invariant", sm90::KernelMode::kFull});
     // An untimed pass first: right after the cache is written the first policy timed ran
@@ -401,12 +406,15 @@ int run_bench(const BenchOptions& o) {
     for (const auto& [pname, mode] : runs_to_do) {
       const bool device_plan = pname == "worklist/device_plan";
       const bool invariant = pname == "worklist/invariant";
-      const Policy policy = device_plan || invariant ? Policy::kWorkList : policy_of(pname);
+      const bool no_combine = pname == "worklist/no_combine";
+      const Policy policy = device_plan || invariant || no_combine ? Policy::kWorkList : policy_of(pname);
       Measurement best;
       if (device_plan) {
         best = measure_device_plan();
       } else if (invariant) {
         best = measure(policy, 0, o.runs, false, mode, o.invariant_blocks);
+      } else if (no_combine) {
+        best = measure(policy, 0, o.runs, false, mode, 0, /*with_combine=*/false);
       } else if (policy == Policy::kWorkList) {
         best = measure(policy, 0, o.runs, mode == sm90::KernelMode::kFull, mode);
       } else {
@@ -436,7 +444,7 @@ int run_bench(const BenchOptions& o) {
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
-                     (best.output_finite || mode != sm90::KernelMode::kFull ? "" : "  NaN IN OUTPUT"));
+                     (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)},
                           {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
@@ -505,7 +513,8 @@ Action add_bench_command(CLI::App& app) {
                 "Also time the work list planned on the GPU (plan_us is then the GPU replan time)");
   cmd->add_flag("--spike", o->spike,
                 "Also time the work-list kernel with loads only (consumers just release stages) and with math only "
-                "(no KV loads): the loader's and the math loop's ceilings");
+                "(no KV loads): the loader's and the math loop's ceilings (bf16), and every kernel without the "
+                "combine (split requests' outputs unwritten): what any combine could save");
   return [o] { return run_bench(*o); };
 }
 

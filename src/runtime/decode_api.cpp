@@ -380,7 +380,7 @@ int timeline_ctas(const DevicePlan& plan) {
 }
 
 void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
-                              sm90::KernelMode mode) {
+                              sm90::KernelMode mode, bool with_combine) {
   const DevicePlan::Impl& P = plan.impl();
   const DecodeConfig& c = P.config;
   const HostPlan& h = P.host;
@@ -539,7 +539,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
     }
   }
-  if (mode != sm90::KernelMode::kFull) return;
+  if (mode != sm90::KernelMode::kFull || !with_combine) return;
 
   CombineParams cp{};
   cp.batch = B;
