@@ -87,10 +87,15 @@ __device__ __forceinline__ void tma_load_q_box(const CUtensorMap* map, uint64_t*
   cute::SM90_TMA_LOAD_2D::copy(map, bar, 0, dst, col, row);
 }
 
+// KV boxes are read once per q tile and stream through L2 ahead of the split partials,
+// which the combine reads right after the decode: evict-first keeps the stream from
+// pushing the partials out of L2 (ncu: the combine read its partials from DRAM).
+constexpr uint64_t kKvCacheHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST);
+
 // One 64-token x 64-column box of a page (3D map: [pages][page_size][576]).
 __device__ __forceinline__ void tma_load_kv_box(const CUtensorMap* map, uint64_t* bar, void* dst, int col, int token,
                                                 int page) {
-  cute::SM90_TMA_LOAD_3D::copy(map, bar, 0, dst, col, token, page);
+  cute::SM90_TMA_LOAD_3D::copy(map, bar, kKvCacheHint, dst, col, token, page);
 }
 
 // The same box into the same shared-memory offset of every CTA in `cta_mask` (the 2-CTA
@@ -98,7 +103,7 @@ __device__ __forceinline__ void tma_load_kv_box(const CUtensorMap* map, uint64_t
 // the bytes it got.
 __device__ __forceinline__ void tma_load_kv_box_multicast(const CUtensorMap* map, uint64_t* bar, void* dst, int col,
                                                           int token, int page, uint16_t cta_mask) {
-  cute::SM90_TMA_LOAD_MULTICAST_3D::copy(map, bar, cta_mask, 0, dst, col, token, page);
+  cute::SM90_TMA_LOAD_MULTICAST_3D::copy(map, bar, cta_mask, kKvCacheHint, dst, col, token, page);
 }
 
 // Rank of this CTA in its cluster (0 without a cluster launch).
