@@ -313,7 +313,8 @@ int run_bench(const BenchOptions& o) {
       m.split_kv = plan.options().static_splits;
       DeviceBuffer ws(plan.workspace_bytes());
       const DecodeArgs a = case_args(plan, ws);
-      m.median_us = median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode, with_combine); }, runs, o.warmup, stream);
+      m.median_us =
+          median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode, with_combine); }, runs, o.warmup, stream);
       {
         // Host time of one decode call (checks, Q tensor map, the launches), which the
         // event-timed median includes: the GPU is idle when each timed run is enqueued.

@@ -87,9 +87,10 @@ __device__ __forceinline__ void tma_load_q_box(const CUtensorMap* map, uint64_t*
   cute::SM90_TMA_LOAD_2D::copy(map, bar, 0, dst, col, row);
 }
 
-// KV boxes are read once per q tile and stream through L2 ahead of the split partials,
-// which the combine reads right after the decode: evict-first keeps the stream from
-// pushing the partials out of L2 (ncu: the combine read its partials from DRAM).
+// KV boxes stream through L2 once per q tile, ahead of the split partials that the
+// combine reads right after the decode: evict-first keeps the stream from pushing the
+// partials out of L2 (ncu: the combine read them from DRAM; bench/NOTES.md v24). Requests
+// of two q tiles (more than 128 rows) read their KV twice and measured level with it.
 constexpr uint64_t kKvCacheHint = uint64_t(cute::TMA::CacheHintSm90::EVICT_FIRST);
 
 // One 64-token x 64-column box of a page (3D map: [pages][page_size][576]).
