@@ -13,9 +13,12 @@ namespace {
 constexpr int kDv = 512;
 constexpr int kQuarterCols = 128;   // columns of one block: 32 lanes x float4
 constexpr int kQuarters = kDv / kQuarterCols;
-constexpr int kWarps = 8;           // warps of a block stride over the splits
-constexpr int kThreads = kWarps * 32;
-constexpr int64_t kDevicePlanCombineBlocks = 1056;  // 8 per SM of an H100/H200
+// Warps per block (kWarps, a template argument below): a wide task's warps stride over its
+// splits; narrow tasks take one warp each. 16 (512 threads, two blocks per SM) when a wide
+// request has more splits than one round of 8 warps' prefetch holds (a 132-split request
+// then loads in one round instead of three), else 8 (requests of 17..72 splits lost with
+// 16 warps: half the blocks per SM and a 16-warp reduction for 2 to 3 loads per warp).
+constexpr int64_t kDevicePlanCombineWarps = 8448;  // 64 per SM of an H100/H200
 
 __device__ __forceinline__ bool row_sees_a_key(const CombineParams& p, int b, int seqlen, int row) {
   return seqlen > 0 && p.vis.visible(b, seqlen, row) > 0;
@@ -31,6 +34,7 @@ __device__ __forceinline__ void write_empty_quarter(const CombineParams& p, int 
   if (quarter == 0 && lane == 0) v.lse[row_offset(v.lse_strides, b, row, v.heads)] = -__int_as_float(0x7f800000);
 }
 
+template <int kWarps>
 __device__ __forceinline__ float block_reduce(float v, float* scratch, bool is_max) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
@@ -71,8 +75,9 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
 // test (a load behind one left one load in flight per warp: ~12 us for a 132-split
 // request). A split of weight 0 (LSE -inf) is skipped after its load, never multiplied:
 // its partial O may be 0/0. The prefetch depth is bounded by occupancy: 16 float4 per
-// lane took 159 registers (one block per SM); 8 take 76 (three).
-constexpr int kPrefetch = 8;    // 8 x float4 per lane: 76 registers, 3 blocks per SM
+// lane took 159 registers (one block per SM); 9 fit 64 (two blocks of 512 threads) or 78
+// (three of 256).
+constexpr int kPrefetch = 9;
 constexpr int kLoadBatch = 8;
 struct SplitWalk {
   const float* base;
@@ -146,16 +151,18 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_w
   if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
 }
 
+template <int kWarps>
 struct CombineShared {
   float weights[kMaxSplitsPerRequest];
   float scratch[kWarps];
   float4 partial_sums[kWarps][32];
 };
 
-// A wide request's (row, column quarter): the 8 warps take every 8th split, so up to
-// 8 x 32 float4 loads are in flight even for one long request cut into hundreds of splits;
+// A wide request's (row, column quarter): the kWarps warps take every kWarps-th split, so
+// up to kWarps x kPrefetch float4 loads per lane are in flight even for one long request;
 // a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
-__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared& sh, int task) {
+template <int kWarps>
+__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, int task) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
@@ -172,13 +179,13 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   const float neg_inf = -__int_as_float(0x7f800000);
   float lse_s = neg_inf;
   if (int(threadIdx.x) < ns) lse_s = p.partial_lse[(slot0 + threadIdx.x) * p.rows + row];
-  const float max_lse = block_reduce(lse_s, sh.scratch, true);
+  const float max_lse = block_reduce<kWarps>(lse_s, sh.scratch, true);
   if (max_lse == neg_inf) {  // every split saw only masked keys
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
     return;
   }
   const float e = lse_s == neg_inf ? 0.f : exp2f(lse_s - max_lse);
-  const float sum = block_reduce(e, sh.scratch, false);
+  const float sum = block_reduce<kWarps>(e, sh.scratch, false);
   // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
   if (int(threadIdx.x) < ns) sh.weights[threadIdx.x] = e / sum;
   __syncthreads();
@@ -195,8 +202,10 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // eight narrow tasks each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
-__global__ void __launch_bounds__(kThreads, 3) combine_kernel(const __grid_constant__ CombineParams p) {
-  __shared__ CombineShared sh;
+// Two blocks of 512 threads per SM (64 registers) or three of 256.
+template <int kWarps>
+__global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_kernel(const __grid_constant__ CombineParams p) {
+  __shared__ CombineShared<kWarps> sh;
   // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
   // writes) here, so that this kernel's launch overlaps the decode's tail.
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -227,28 +236,35 @@ __global__ void __launch_bounds__(kThreads, 3) combine_kernel(const __grid_const
   }
 }
 
-}  // namespace
-
-void launch_combine(const CombineParams& p, cudaStream_t stream) {
+template <int kWarps>
+void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t wide_blocks = int64_t{p.num_wide_requests} * p.rows * kQuarters;
   const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows * kQuarters;
   int64_t blocks = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps + p.num_zero_fill;
   if (blocks == 0) return;
   // Device-made plans pass capacities: launch a bounded grid that strides over the actual
   // work instead of one block per possible task (most would exit at once).
-  if (p.header != nullptr) blocks = std::min<int64_t>(blocks, kDevicePlanCombineBlocks);
+  if (p.header != nullptr) blocks = std::min<int64_t>(blocks, kDevicePlanCombineWarps / kWarps);
   require(blocks < (int64_t{1} << 31), "combine: ", blocks, " blocks exceed the grid limit");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps>, p);
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace
+
+void launch_combine(const CombineParams& p, cudaStream_t stream) {
+  // 16 warps only when a wide request's splits exceed one round of 8 warps' prefetch.
+  if (p.max_wide_splits > 8 * kPrefetch) return launch_combine_with<16>(p, stream);
+  launch_combine_with<8>(p, stream);
 }
 
 }  // namespace kbmla

@@ -23,6 +23,9 @@ struct CombineParams {
   const int32_t* split_requests;
   int num_split_requests;
   int num_wide_requests;
+  // The most splits of any wide request (0: none; unknown on the host for device-made plans:
+  // kMaxSplitsPerRequest). Chooses the block size (combine.cu, kWarps).
+  int max_wide_splits;
   // Device-made plans: the counts above are capacities that size the grid, and the actual
   // counts (split requests, wide ones, zero-fill entries) are read from here.
   const DevicePlanHeader* header;

@@ -80,6 +80,7 @@ struct DevicePlan::Impl {
   HostPlan host;
   std::vector<int32_t> split_requests;  // wide (> kCombineNarrowSplits splits) first, then narrow
   int num_wide_requests = 0;
+  int max_wide_splits = 0;    // the most splits of a wide request (the combine's block size)
   int32_t* device = nullptr;  // one allocation holding every array below
   const int32_t* work_list = nullptr;
   SplitTableView splits{};
@@ -329,6 +330,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
     if (h.num_splits[b] > kCombineNarrowSplits) impl->split_requests.push_back(b);
   }
   impl->num_wide_requests = int(impl->split_requests.size());
+  for (int b : impl->split_requests) impl->max_wide_splits = std::max(impl->max_wide_splits, h.num_splits[b]);
   for (int b = 0; b < shape.batch; ++b) {
     if (h.num_splits[b] > 1 && h.num_splits[b] <= kCombineNarrowSplits) impl->split_requests.push_back(b);
   }
@@ -553,6 +555,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cp.split_requests = P.split_requests_dev;
   cp.num_split_requests = int(P.split_requests.size());
   cp.num_wide_requests = P.num_wide_requests;
+  cp.max_wide_splits = P.max_wide_splits;
   cp.zero_fill = P.zero_fill;
   cp.num_zero_fill = int(h.zero_fill.size());
   cp.header = nullptr;
@@ -560,6 +563,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     cp.num_wide_requests = int(P.capacity.split_requests);
     cp.num_split_requests = 2 * int(P.capacity.split_requests);
     cp.num_zero_fill = int(P.capacity.zero_fill);
+    cp.max_wide_splits = kMaxSplitsPerRequest;
     cp.header = P.header;
   }
   cp.partial_o = p.partial_o;
