@@ -70,6 +70,19 @@ inline DecodeArgs make_decode_args(const void* q, const int32_t* block_table, in
   return args;
 }
 
+// A host-made bf16 plan (work list unless `policy` says otherwise).
+inline DevicePlan make_bf16_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int num_ctas,
+                                 double softmax_scale, Policy policy = Policy::kWorkList) {
+  DecodeConfig config;
+  config.heads = heads;
+  config.q_len = q_len;
+  config.softmax_scale = float(softmax_scale);
+  PlanOptions options;
+  options.policy = policy;
+  options.num_ctas = num_ctas;
+  return DevicePlan::create(config, seqlens, options);
+}
+
 // A random problem uploaded to the GPU, with outputs and a workspace sized for `plan`.
 struct DeviceProblem {
   DeviceArray<ref::Bf16> q, cache, out;
@@ -131,6 +144,27 @@ inline std::string describe(const GpuCase& c) {
   return os.str();
 }
 inline void PrintTo(const GpuCase& c, std::ostream* os) { *os << describe(c); }
+
+// The decode's bf16 output and LSE on the device against the float64 reference.
+inline ref::Comparison compare_with_reference(const ref::Problem& p, const ref::Outputs& expect,
+                                              const DeviceArray<ref::Bf16>& out, const DeviceArray<float>& lse) {
+  const std::vector<ref::Bf16> got_out = out.download();
+  const std::vector<float> got_lse = lse.download();
+  std::vector<double> o(got_out.size()), l(got_lse.size());
+  for (size_t i = 0; i < o.size(); ++i) o[i] = ref::bf16_to_float(got_out[i]);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = got_lse[i];
+  return ref::compare(p, expect, o, l);
+}
+
+// The issues' bars: bf16 output; fp8 caches (Q and P in e4m3) against the reference on
+// the dequantised cache: relative error < 5e-2, worst row < 8e-2 (issue 5).
+inline void expect_within_bars(const ref::Comparison& cmp, bool fp8) {
+  EXPECT_FALSE(cmp.any_nan);
+  EXPECT_FALSE(cmp.infinite_lse_mismatch);
+  EXPECT_LT(cmp.rel_frobenius, fp8 ? 5e-2 : 1e-2);
+  EXPECT_LT(cmp.worst_row_rel, fp8 ? 8e-2 : 3e-2);
+  EXPECT_LT(cmp.lse_max_abs, fp8 ? 5e-2 : 1e-3);
+}
 
 inline GpuResult run_gpu_case(const GpuCase& c) {
   ref::Problem shape;
@@ -225,27 +259,15 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   r.device_errors = read_device_errors(dev.ws.ptr, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "decode");
 
-  ref::Outputs expect = ref::reference_decode(p, data.inputs());
-  std::vector<ref::Bf16> got_out = dev.out.download();
-  std::vector<float> got_lse = dev.lse.download();
-  std::vector<double> o(got_out.size()), l(got_lse.size());
-  for (size_t i = 0; i < o.size(); ++i) o[i] = ref::bf16_to_float(got_out[i]);
-  for (size_t i = 0; i < l.size(); ++i) l[i] = got_lse[i];
-  r.cmp = ref::compare(p, expect, o, l);
+  r.cmp = compare_with_reference(p, ref::reference_decode(p, data.inputs()), dev.out, dev.lse);
   return r;
 }
 
-// The issues' bars: bf16 output; fp8 caches (Q and P in e4m3) against the reference on
-// the dequantised cache: relative error < 5e-2, worst row < 8e-2 (issue 5).
 inline void expect_accurate(const GpuCase& c, const GpuResult& r) {
   SCOPED_TRACE(describe(c));
   EXPECT_EQ(r.device_errors, 0u) << describe_device_errors(r.device_errors);
-  EXPECT_FALSE(r.cmp.any_nan);
-  EXPECT_FALSE(r.cmp.infinite_lse_mismatch);
   const bool fp8 = c.fp8 || c.fp8_block;
-  EXPECT_LT(r.cmp.rel_frobenius, fp8 ? 5e-2 : 1e-2);
-  EXPECT_LT(r.cmp.worst_row_rel, fp8 ? 8e-2 : 3e-2);
-  EXPECT_LT(r.cmp.lse_max_abs, fp8 ? 5e-2 : 1e-3);
+  expect_within_bars(r.cmp, fp8);
   if (fp8) {
     std::printf("fp8 accuracy: rel %.4f worst row %.4f lse %.4f (%s)\n", r.cmp.rel_frobenius, r.cmp.worst_row_rel,
                 r.cmp.lse_max_abs, describe(c).c_str());

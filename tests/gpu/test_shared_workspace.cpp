@@ -1,0 +1,85 @@
+// One poisoned workspace shared by plans of other layouts (as an engine shares one
+// across batch shapes and layers), and CTA budgets so small that each CTA holds many
+// split items: every call still matches the reference and reports no device error.
+#include "tests/gpu/gpu_harness.hpp"
+
+namespace kbmla::test {
+namespace {
+
+struct Prepared {
+  ref::RandomProblem<ref::Bf16> data;
+  DevicePlan plan;
+  ref::Outputs expect;
+};
+
+Prepared prepare(int heads, int q_len, const std::vector<int32_t>& seqlens, int num_ctas, uint64_t seed) {
+  ref::Problem shape;
+  shape.batch = int(seqlens.size());
+  shape.q_len = q_len;
+  shape.heads = heads;
+  shape.scale = 1.0 / std::sqrt(192.0);
+  auto data = ref::make_random_problem<ref::Bf16>(shape, seqlens, seed);
+  DevicePlan plan = make_bf16_plan(heads, q_len, seqlens, num_ctas, shape.scale);
+  ref::Outputs expect = ref::reference_decode(data.problem, data.inputs());
+  return Prepared{std::move(data), std::move(plan), std::move(expect)};
+}
+
+// Decodes `p` into poisoned outputs with the shared workspace and checks the result.
+void decode_and_check(const Prepared& p, DeviceArray<uint8_t>& ws, const char* what) {
+  SCOPED_TRACE(what);
+  ASSERT_GE(ws.count, p.plan.workspace_bytes());
+  const ref::Problem& pr = p.data.problem;
+  DeviceArray<ref::Bf16> q(p.data.q), cache(p.data.cache);
+  DeviceArray<int32_t> block_table(p.data.block_table), seqlens(p.data.seqlens);
+  DeviceArray<ref::Bf16> out(size_t(pr.batch) * pr.q_len * pr.heads * 512);
+  DeviceArray<float> lse(size_t(pr.batch) * pr.q_len * pr.heads);
+  out.poison();
+  lse.poison();
+  KvCache kv(cache.ptr, pr.num_pages, pr.page_size);
+  decode(p.plan, kv,
+         make_decode_args(q.ptr, block_table.ptr, pr.max_pages, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count));
+  EXPECT_EQ(read_device_errors(ws.ptr, nullptr), 0u);
+  expect_within_bars(compare_with_reference(pr, p.expect, out, lse), /*fp8=*/false);
+}
+
+TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
+  KBMLA_REQUIRE_SM90();
+  // A: narrow splits of 64-row tiles, unsplit and empty requests; B: a request cut into
+  // more than 16 splits (the wide combine) and narrow ones, with its partials where A's
+  // lay and the other way round.
+  const Prepared a = prepare(16, 4, {20000, 300, 9000, 64, 0}, 0, 3);
+  const Prepared b = prepare(16, 1, {40000, 3000, 2000, 5000}, 0, 4);
+  ASSERT_GT(a.plan.host_plan().counts.num_slots, 0);
+  ASSERT_GT(b.plan.host_plan().counts.num_slots, 16);
+  DeviceArray<uint8_t> ws(std::max(a.plan.workspace_bytes(), b.plan.workspace_bytes()));
+  ws.poison();
+  init_workspace(ws.ptr, ws.count, nullptr);
+  decode_and_check(a, ws, "A");
+  decode_and_check(b, ws, "B after A");
+  decode_and_check(a, ws, "A after B");
+  decode_and_check(a, ws, "A again");
+  decode_and_check(b, ws, "B after A");
+}
+
+TEST(GpuSharedWorkspace, FewCtasEachHoldingManySplitItems) {
+  KBMLA_REQUIRE_SM90();
+  for (int ctas : {1, 3, 8}) {
+    GpuCase c{16, 2, {3000, 5000, 1, 4096, 700, 2500, 9000, 64, 65, 1200}};
+    c.num_ctas = ctas;
+    expect_accurate(c, run_gpu_case(c));
+  }
+  GpuCase fp8{16, 4, {3000, 5000, 4096, 700, 9000}};
+  fp8.num_ctas = 5;
+  fp8.fp8 = true;
+  expect_accurate(fp8, run_gpu_case(fp8));
+  GpuCase block{12, 4, {3000, 5000, 4096, 700, 9000}};
+  block.num_ctas = 5;
+  block.fp8_block = true;
+  expect_accurate(block, run_gpu_case(block));
+  GpuCase clusters{128, 2, {3000, 2500, 700}};  // 2-CTA clusters, two q tiles per request
+  clusters.num_ctas = 6;
+  expect_accurate(clusters, run_gpu_case(clusters));
+}
+
+}  // namespace
+}  // namespace kbmla::test
