@@ -30,8 +30,6 @@ void check_cuda(cudaError_t err, const char* what) {
 }
 
 using detail::aligned;
-using detail::encode_bf16_map;
-using detail::encode_map;
 
 }  // namespace
 
@@ -327,10 +325,11 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   }
   const HostPlan& h = impl->host;
   for (int b = 0; b < shape.batch; ++b) {
-    if (h.num_splits[b] > kCombineNarrowSplits) impl->split_requests.push_back(b);
+    if (h.num_splits[b] <= kCombineNarrowSplits) continue;
+    impl->split_requests.push_back(b);
+    impl->max_wide_splits = std::max(impl->max_wide_splits, h.num_splits[b]);
   }
   impl->num_wide_requests = int(impl->split_requests.size());
-  for (int b : impl->split_requests) impl->max_wide_splits = std::max(impl->max_wide_splits, h.num_splits[b]);
   for (int b = 0; b < shape.batch; ++b) {
     if (h.num_splits[b] > 1 && h.num_splits[b] <= kCombineNarrowSplits) impl->split_requests.push_back(b);
   }

@@ -69,8 +69,7 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
     return;
   }
   const cuuint32_t box[3] = {sm90::kBoxCols, cuuint32_t(rows), 1};
-  detail::encode_map(reinterpret_cast<CUtensorMap*>(tensor_map_), /*fp8=*/false, data, 3, dims, strides, box,
-                     "the KV cache");
+  detail::encode_bf16_map(reinterpret_cast<CUtensorMap*>(tensor_map_), data, 3, dims, strides, box, "the KV cache");
 }
 
 }  // namespace kbmla

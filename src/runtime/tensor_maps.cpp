@@ -55,13 +55,7 @@ void encode_q_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols
 
 void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                      const cuuint32_t* box, const char* what) {
-  encode_map(map, /*fp8=*/false, base, rank, dims, strides, box, what);
-}
-
-void encode_map(CUtensorMap* map, bool fp8, const void* base, int rank, const cuuint64_t* dims,
-                const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
-  encode_tiled(map, fp8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-               fp8 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B, base, rank, dims, strides, box, what);
+  encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_SWIZZLE_128B, base, rank, dims, strides, box, what);
 }
 
 void encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, CUtensorMapSwizzle swizzle, const void* base, int rank,

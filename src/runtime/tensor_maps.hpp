@@ -19,12 +19,7 @@ inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t
 // bf16 tensor map with 128-byte swizzle and 64 x 64 boxes over dims (innermost first).
 void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                      const cuuint32_t* box, const char* what);
-// The same for bf16 (128-byte swizzle) or e4m3 bytes (64-byte swizzle: 64-column boxes
-// are 64-byte rows).
-void encode_map(CUtensorMap* map, bool fp8, const void* base, int rank, const cuuint64_t* dims,
-                const cuuint64_t* strides, const cuuint32_t* box, const char* what);
-
-// Any element type and swizzle (the per-block fp8 cache's byte maps).
+// Any element type and swizzle (the fp8 caches' and e4m3 Q's byte maps).
 void encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, CUtensorMapSwizzle swizzle, const void* base, int rank,
                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box, const char* what);
 

@@ -35,13 +35,12 @@ namespace kbmla::sm90::fp8 {
 // M block b (16 dims of this warp: dims 256 wg + 64 b + 16 warp ..) and k-step kb (tokens
 // 32 kb..32 kb + 31). ldmatrix lane l addresses token 32 kb + l (matrix l / 8, row l % 8),
 // or the zero row when that token is past the request's last one. The dims' 16 bytes are
-// chunk 4 (b % 2) + warp of the 128-byte rows of latent box 2 wg + b / 2 (kWideLatent: the
-// per-tensor layout) or chunk `warp` of the 64-byte rows of box 4 wg + b (per-block).
+// chunk 4 (b % 2) + warp of the 128-byte rows of latent box 2 wg + b / 2 (both fp8 caches'
+// stages have 128-byte latent boxes).
 // After .trans, register j of lane l holds bytes (t, 2r), (t, 2r + 1), (t + 1, 2r),
 // (t + 1, 2r + 1) for t = 32 kb + 8 j + 2(l%4), r = l/4 (token, dim in the chunk); the
 // permutes gather the even dim (row x = r) and the odd dim (row x + 8) of tokens t, t + 1,
 // t + 8, t + 9.
-template <bool kWideLatent>
 __device__ __forceinline__ void load_vt_fragments(int wg, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
                                                   int valid_tokens, uint32_t (&a)[4][2][4]) {
 #pragma unroll
@@ -49,14 +48,8 @@ __device__ __forceinline__ void load_vt_fragments(int wg, uint32_t stage_addr, u
     const bool real = 32 * kb + lane < valid_tokens;
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
-      uint32_t addr;
-      if constexpr (kWideLatent) {
-        addr = stage_addr + (2 * wg + b / 2) * kLatentBoxBytes + (32 * kb + lane) * kLatentBoxRowBytes +
-               ((((4 * (b % 2) + warp) ^ lane) & 7) << 4);
-      } else {
-        addr = stage_addr + (4 * wg + b) * kBoxBytes + (32 * kb + lane) * kBoxRowBytes +
-               ((((warp ^ (lane >> 1)) & 3)) << 4);
-      }
+      const uint32_t addr = stage_addr + (2 * wg + b / 2) * kLatentBoxBytes + (32 * kb + lane) * kLatentBoxRowBytes +
+                            ((((4 * (b % 2) + warp) ^ lane) & 7) << 4);
       uint32_t r[4];
       ldmatrix_x4_trans(real ? addr : zero_addr, r);
       a[b][kb][0] = __byte_perm(r[0], r[1], 0x6420);
@@ -126,7 +119,6 @@ struct PerTensorScaling {
   using Layout = SmemLayout;
   using Rows = std::conditional_t<kAcc_ == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
   static constexpr int kAcc = kAcc_;
-  static constexpr bool kWideLatent = true;  // 128-byte latent boxes (config_fp8.hpp)
   static constexpr int kStages = fp8::kStages;
   static constexpr int kSlots = fp8::kStages;  // the hand-over of a block lives with its stage
   static constexpr uint32_t kStageBytes = kTileBytes;
@@ -246,7 +238,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
         if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);
         sc.before_pv(o, wg, stage, true);
         uint32_t a[4][2][4];
-        load_vt_fragments<Scaling::kWideLatent>(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a);
         fence_fragments(a);
         sc.issue_pv_other(o, a, stage_addr, wg);
         wgmma_wait<0>();
@@ -281,18 +273,18 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
         if (deferred_rescale) rescale_ot(o, row_scale + deferred_slot * 64, col_pair);
         sc.before_pv(o, wg, deferred_stage, false);
         uint32_t a_deferred[4][2][4];
-        load_vt_fragments<Scaling::kWideLatent>(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens,
+        load_vt_fragments(wg, deferred_addr, zero_addr, warp, lane, valid_tokens + kBlockTokens,
                                                 a_deferred);
         fence_fragments(a_deferred);
         sc.issue_pv_other(o, a_deferred, deferred_addr, wg);
-        load_vt_fragments<Scaling::kWideLatent>(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
         wgmma_wait<0>();
         fence_accumulators(o);
         release_stage(empty + deferred_stage, lane, p.cluster_size);
         deferred = false;
       } else {
-        load_vt_fragments<Scaling::kWideLatent>(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
+        load_vt_fragments(wg, stage_addr, zero_addr, warp, lane, valid_tokens, a_own);
         fence_fragments(a_own);
       }
       if (rescale) rescale_ot(o, row_scale + slot * 64, col_pair);

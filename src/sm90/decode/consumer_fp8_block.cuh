@@ -371,7 +371,6 @@ struct PerBlockScaling {
   using Layout = SmemLayoutT<kAcc_ == 8>;
   using Rows = std::conditional_t<kAcc_ == 8, BlockNarrowRows, BlockWideRows>;
   static constexpr int kAcc = kAcc_;
-  static constexpr bool kWideLatent = true;  // 128-byte latent boxes (config_fp8_block.hpp)
   static constexpr int kStages = Layout::kStages;
   static constexpr int kSlots = Layout::kHandoverSlots;
   static constexpr uint32_t kStageBytes = fp8_block::kStageBytes;

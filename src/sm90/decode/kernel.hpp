@@ -31,7 +31,7 @@ struct KvFp8Maps {
 };
 
 // The per-block fp8 cache's maps (656-byte rows as bytes): `data` the latent and rope
-// boxes (64 bytes, 64-byte swizzle), `scales` the 16 scale bytes of each row (no swizzle).
+// boxes (128 bytes, 128-byte swizzle), `scales` the 16 scale bytes of each row (no swizzle).
 struct KvBlockMaps {
   CUtensorMap data;
   CUtensorMap scales;
@@ -75,8 +75,8 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
                        cudaStream_t stream, bool after_quantiser);
 
 // fp8 cache with per-block scales (config_fp8_block.hpp): q_maps.latent the e4m3 Q of the
-// 512 latent columns (per-row scales p.q_scale), q_maps.rope the bf16 rope bytes (64-byte
-// boxes from byte p.q_pe_col); always after the Q quantiser.
+// 512 latent columns (per-row scales p.q_scale), q_maps.rope the bf16 rope bytes (one 128-byte
+// box from byte p.q_pe_col); always after the Q quantiser.
 void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream);
 // Whether the per-block kernel for at most 16 rows runs (S^T, 16-row Q tile): its Q maps

@@ -69,7 +69,7 @@ __device__ __forceinline__ const CUtensorMap* data_map(const KvFp8Maps* m) { ret
 //    columns;
 //  - smaller pages: a block spans 64 / page_size pages; lane k loads page k (and k + 32
 //    for pages of one token) as boxes of page_size rows at row page_size * k of the
-//    stage. The swizzle (128-byte for bf16 rows, 64-byte for e4m3) is a function of the
+//    stage. The swizzle (128-byte; 64-byte for the per-tensor e4m3 rope box) is a function of the
 //    shared-memory address, so row r of each box lands where the wgmma descriptors expect
 //    it (TMA needs 128-byte aligned destinations: one-token e4m3 pages are gathered). Pages past the request's last
 //    token are not loaded (their block-table entries need not be valid); the barrier
@@ -86,11 +86,10 @@ struct PagedKvLoader {
   static constexpr uint32_t kBoxBytes = Smem::kBoxBytes;
   static constexpr uint32_t kBoxRowBytes = Smem::kBoxRowBytes;
   static constexpr uint32_t kScaleRowBytes = Smem::kScaleRowBytes;
-  // Box j of a row group: columns 64 j of the cache row for the latent boxes (j < 8); the
-  // rope box(es) after them (bf16 and per-tensor fp8: one box at column 512; per-block
-  // fp8: two 64-byte boxes of the bf16 rope at bytes 528 and 592); then the per-block
-  // cache's scale box (bytes 512..527 of the row, unswizzled, after the stage's boxes).
-  // kWideLatent (the per-tensor fp8 cache): four 128-byte latent boxes and the rope box.
+  // Box j of a row group. bf16: columns 64 j of the cache row (the rope box, j = 8, at
+  // column 512). kWideLatent (both fp8 caches): four 128-byte latent boxes, the rope box,
+  // then the per-block cache's scale box (bytes 512..527 of the row, unswizzled, after the
+  // stage's boxes).
   static constexpr int kBoxes = Smem::kWideLatent ? fp8::kWideLatentBoxes + (QkBoxes > kLatentBoxes ? 1 : 0) +
                                                         (kScaleRowBytes > 0 ? 1 : 0)
                                                   : QkBoxes;
@@ -308,8 +307,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 #pragma unroll
       for (int j = 0; j < QkBoxes; ++j) {
         // The latent boxes come from q (or q_nope), the rope box from q_pe when Q is given
-        // in two tensors, else from q's columns 512..575 (q_pe_col 512). Per-block fp8: two
-        // rope boxes of 64 bytes each (bf16 Q bytes, q_pe_col 1024 or 0).
+        // in two tensors, else from q's columns 512..575 (q_pe_col 512).
         const bool rope = j >= kLatentBoxes;
         tma_load_q_box(rope ? &q_maps->rope : &q_maps->latent, q_full, smem + Layout::q + j * kQBoxBytes,
                        rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, q_row);
