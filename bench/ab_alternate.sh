@@ -3,7 +3,9 @@
 # bench/cases.json (fp8 and paged cases left out), work list only, ROUNDS times each,
 # printing case, median us, % of copy and TFLOP/s per run; raw logs under $OUT.
 # Usage: bench/ab_alternate.sh [new_binary] [old_binary]   (defaults build/kbmla,
-# build-alt/old/kbmla; carry both). AB_ARGS: extra bench arguments; ROUNDS (default 2).
+# build-alt/old/kbmla; carry both). CASE: a case-name filter (default all); AB_ARGS: extra
+# bench arguments (e.g. --spike: the load-only / math-only / no-combine rows too); ROUNDS
+# (default 2).
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 new="${1:-build/kbmla}"; old="${2:-build-alt/old/kbmla}"
 python3 - <<'PY'
@@ -15,10 +17,10 @@ PY
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in new old; do
     bin=$new; [ $v = old ] && bin=$old
-    timeout -s KILL 80 "$bin" bench --cases /tmp/bf16cases.json --case all --policies worklist ${AB_ARGS:-} \
+    timeout -s KILL 80 "$bin" bench --cases /tmp/bf16cases.json --case "${CASE:-all}" --policies worklist ${AB_ARGS:-} \
       > "$out/ab-$v-$r.log" 2>&1
     head -1 "$out/ab-$v-$r.log" | cut -c1-120
     echo "== $v $r"
-    awk '$2 == "worklist"' "$out/ab-$v-$r.log" | awk '{print $1, $4, $8, $9}'
+    awk '$2 ~ /^worklist/ {print $1, $2, $4, $8, $9}' "$out/ab-$v-$r.log"
   done
 done
