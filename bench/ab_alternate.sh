@@ -8,16 +8,17 @@
 # (default 2).
 out="${OUT:-gpu-out}"; mkdir -p "$out"
 new="${1:-build/kbmla}"; old="${2:-build-alt/old/kbmla}"
-python3 - <<'PY'
-import json
+cases="$out/bf16cases.json"
+python3 - "$cases" <<'PY' || exit 1
+import json, sys
 d = json.load(open('bench/cases.json'))
 d['cases'] = [c for c in d['cases'] if not c['name'].startswith(('fp8', 'paged'))]
-json.dump(d, open('/tmp/bf16cases.json', 'w'))
+json.dump(d, open(sys.argv[1], 'w'))
 PY
 for r in $(seq 1 "${ROUNDS:-2}"); do
   for v in new old; do
     bin=$new; [ $v = old ] && bin=$old
-    timeout -s KILL 80 "$bin" bench --cases /tmp/bf16cases.json --case "${CASE:-all}" --policies worklist ${AB_ARGS:-} \
+    timeout -s KILL 80 "$bin" bench --cases "$cases" --case "${CASE:-all}" --policies worklist ${AB_ARGS:-} \
       > "$out/ab-$v-$r.log" 2>&1
     head -1 "$out/ab-$v-$r.log" | cut -c1-120
     echo "== $v $r"
