@@ -49,6 +49,7 @@ struct BenchOptions {
   int sms = 0;
   int page_size = 0;  // 0: each case's own
   std::string kv_dtype;  // empty: each case's own
+  std::string q_dtype = "bf16";  // fp8_e4m3: the caller's e4m3 Q (per-tensor fp8 caches), no quantiser
   bool spike = false;
   bool balance = false;
   bool device_plan = false;
@@ -95,6 +96,8 @@ double measure_copy_gbps(cudaStream_t stream) {
 
 // Scale of the benchmark's fp8 caches: random values in [-1, 1) stored as e4m3(value / scale).
 constexpr float kBenchKvScale = 1.f / 256.f;
+// Scale of the benchmark's e4m3 Q (--q-dtype fp8_e4m3): random values in [-1, 1) as e4m3(value / scale).
+constexpr float kBenchQScale = 1.f / 256.f;
 
 struct CaseData {
   std::vector<int32_t> seqlens;
@@ -102,7 +105,7 @@ struct CaseData {
   int64_t num_pages = 1;
   size_t cache_bytes = 0;
   std::vector<std::unique_ptr<DeviceBuffer>> caches;  // rotated copies (1 = no rotation)
-  std::unique_ptr<DeviceBuffer> q, out, lse, block_table, seqlens_dev, kv_scale;
+  std::unique_ptr<DeviceBuffer> q, out, lse, block_table, seqlens_dev, kv_scale, q_scale;
 };
 
 struct Measurement {
@@ -175,9 +178,11 @@ int run_bench(const BenchOptions& o) {
   const int sms = o.sms;
   const int pair_clusters = sm90::max_active_clusters(2);
   const double copy_gbps = measure_copy_gbps(stream);
+  // The floor of every timed run: an event pair around one empty kernel, timed like a run.
+  const double empty_launch_us = median_us([&](int) { launch_empty_kernel(stream); }, 200, 20, stream);
   fmt::print("GPU {} ({} SMs, {} co-resident 2-CTA clusters, L2 {} MiB); copy ceiling {:.0f} GB/s (2 GiB "
-             "device-to-device, read + write)\n",
-             dev.name, dev.sm_count, pair_clusters, dev.l2_bytes >> 20, copy_gbps);
+             "device-to-device, read + write); an empty kernel times {:.1f} us\n",
+             dev.name, dev.sm_count, pair_clusters, dev.l2_bytes >> 20, copy_gbps, empty_launch_us);
 
   std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
   std::vector<std::string> policies;
@@ -213,6 +218,12 @@ int run_bench(const BenchOptions& o) {
       continue;
     }
     const bool fp8 = kv_dtype == KvDtype::kFp8E4m3;
+    const bool q_e4m3 = o.q_dtype == "fp8_e4m3";
+    if (q_e4m3 && !fp8) {
+      fmt::print("{:<36} skipped: --q-dtype fp8_e4m3 needs the per-tensor fp8 cache (the case's is {})\n", bc.name,
+                 kv_dtype_name(kv_dtype));
+      continue;
+    }
     const int token_bytes = kv_token_bytes(kv_dtype, bc.d_qk);  // of the cache; Q and out stay bf16
     std::vector<int32_t> pages_per(bc.batch);
     for (int b = 0; b < bc.batch; ++b) {
@@ -232,7 +243,7 @@ int run_bench(const BenchOptions& o) {
     d.cache_bytes = size_t(d.num_pages) * page_size * token_bytes;
     const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
     const double kv_bytes = double(tokens) * token_bytes;
-    const double io_bytes = kv_bytes + double(rows) * bc.d_qk * 2 + double(rows) * 512 * 2;
+    const double io_bytes = kv_bytes + double(rows) * bc.d_qk * (q_e4m3 ? 1 : 2) + double(rows) * 512 * 2;
     const int copies = kv_bytes < 4.0 * double(dev.l2_bytes)
                            ? int(std::min<double>(32, std::ceil(4.0 * double(dev.l2_bytes) / std::max(kv_bytes, 1.0)) + 1))
                            : 1;
@@ -247,7 +258,11 @@ int run_bench(const BenchOptions& o) {
       }
     }
     d.q = std::make_unique<DeviceBuffer>(rows * bc.d_qk * 2);
-    fill_device_random_bf16(d.q->ptr, rows * bc.d_qk, 3, stream);
+    if (q_e4m3) {
+      fill_device_random_e4m3(d.q->ptr, rows * bc.d_qk, kBenchQScale, 3, stream);
+    } else {
+      fill_device_random_bf16(d.q->ptr, rows * bc.d_qk, 3, stream);
+    }
     d.out = std::make_unique<DeviceBuffer>(rows * 512 * 2);
     d.lse = std::make_unique<DeviceBuffer>(rows * 4);
     d.block_table = std::make_unique<DeviceBuffer>(table.size() * 4);
@@ -260,6 +275,8 @@ int run_bench(const BenchOptions& o) {
     }
     d.kv_scale = std::make_unique<DeviceBuffer>(sizeof(float));
     cuda_check(cudaMemcpy(d.kv_scale->ptr, &kBenchKvScale, sizeof(float), cudaMemcpyHostToDevice), "copy");
+    d.q_scale = std::make_unique<DeviceBuffer>(sizeof(float));
+    cuda_check(cudaMemcpy(d.q_scale->ptr, &kBenchQScale, sizeof(float), cudaMemcpyHostToDevice), "copy");
 
     DecodeConfig config;
     config.heads = bc.heads;
@@ -283,6 +300,10 @@ int run_bench(const BenchOptions& o) {
       a.workspace_bytes = plan.workspace_bytes();
       a.stream = stream;
       if (fp8) a.kv_scale = static_cast<const float*>(d.kv_scale->ptr);
+      if (q_e4m3) {
+        a.q_dtype = QDtype::kFp8E4m3;
+        a.q_scale = static_cast<const float*>(d.q_scale->ptr);
+      }
       return a;
     };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
@@ -446,7 +467,7 @@ int run_bench(const BenchOptions& o) {
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
                      (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
-      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)},
+      nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
                           {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
                           {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
@@ -476,7 +497,7 @@ int run_bench(const BenchOptions& o) {
     char date[32];
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     nlohmann::json doc = {{"gpu", dev.name}, {"sm_count", dev.sm_count}, {"ctas", sms}, {"max_active_2cta_clusters", pair_clusters}, {"commit", o.commit},
-                          {"date", date},    {"copy_gbps", copy_gbps},   {"results", results}};
+                          {"date", date},    {"copy_gbps", copy_gbps}, {"empty_kernel_us", empty_launch_us},   {"results", results}};
     std::ofstream f(o.json_path);
     require(f.good(), "bench: cannot write '", o.json_path, "'");
     f << doc.dump(1) << "\n";
@@ -502,6 +523,10 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128, 256}));
   cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype for every case (default: the case's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp8_e4m3", "fp8_e4m3_block"}));
+  cmd->add_option("--q-dtype", o->q_dtype,
+                  "Q dtype (default bf16; fp8_e4m3: the caller's e4m3 Q with one scale, per-tensor fp8 caches only, "
+                  "so no Q quantiser runs)")
+      ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
   cmd->add_option("--sms", o->sms, "CTA budget (default 0: every SM, or every SM co-scheduled in 2-CTA clusters)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,
                 "Also record each CTA's busy interval (%globaltimer) once per measurement and print busy max/mean");

@@ -32,5 +32,8 @@ void fill_device_random_e4m3(void* ptr, size_t count, float scale, uint64_t seed
 // `tokens` 656-byte tokens of the per-block fp8 cache (KvDtype::kFp8E4m3PerBlock): values
 // in [-1, 1), each group of 128 with its own scale in [1, 2) / 448, the rope in bf16.
 void fill_device_random_fp8_block(void* ptr, size_t tokens, uint64_t seed, void* stream);
+// Launches a kernel of one warp that does nothing: the benchmark's floor for the launch
+// latency a timed call cannot avoid.
+void launch_empty_kernel(void* stream);
 
 }  // namespace kbmla

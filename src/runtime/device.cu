@@ -81,6 +81,16 @@ void fill_device_random_fp8_block(void* ptr, size_t tokens, uint64_t seed, void*
   require(err == cudaSuccess, "fill_device_random_fp8_block: launch failed: ", cudaGetErrorString(err));
 }
 
+namespace {
+__global__ void empty_kernel() {}
+}  // namespace
+
+void launch_empty_kernel(void* stream) {
+  empty_kernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>();
+  const cudaError_t err = cudaGetLastError();
+  require(err == cudaSuccess, "launch_empty_kernel: launch failed: ", cudaGetErrorString(err));
+}
+
 void fill_device_random_e4m3(void* ptr, size_t count, float scale, uint64_t seed, void* stream) {
   require(ptr != nullptr || count == 0, "fill_device_random_e4m3: null pointer with count ", count);
   require(scale > 0.f, "fill_device_random_e4m3: scale (", scale, ") must be positive");
