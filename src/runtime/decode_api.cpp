@@ -4,9 +4,11 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "kbmla/decode.hpp"
@@ -100,8 +102,8 @@ DevicePlan::DevicePlan(DevicePlan&&) noexcept = default;
 DevicePlan& DevicePlan::operator=(DevicePlan&&) noexcept = default;
 DevicePlan::~DevicePlan() = default;
 namespace {
-// fp8 caches: Q quantised to e4m3 [batch x rows][d_qk] and its row scales, after the
-// decode's partial outputs.
+// fp8 caches: Q quantised to e4m3 [batch x rows][d_qk] by the quantiser kernel (per-block:
+// its latent part) and its row scales, after the decode's partial outputs.
 struct Fp8QArea {
   size_t q8_offset, scale_offset, end;
 };
@@ -113,6 +115,48 @@ Fp8QArea fp8_q_area(const HostPlan& h, const DecodeConfig& c) {
   a.end = a.scale_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
   return a;
 }
+
+// Work items of the busiest CTA (2-CTA cluster) of the plan; device-made plans: unknown
+// on the host (INT_MAX).
+int max_items_per_cta(const DevicePlan::Impl& P) {
+  const HostPlan& h = P.host;
+  switch (P.options.policy) {
+    case Policy::kWorkList:
+      return P.device_planned ? std::numeric_limits<int>::max() : h.counts.max_items_per_cluster;
+    case Policy::kStatic:
+      return 1;
+    case Policy::kStaticPersistent: {
+      const StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
+                                        P.options.static_splits);
+      const int64_t clusters = StaticTileScheduler::grid_shape(s, h.shape.num_ctas / h.shape.cluster_size).x /
+                               h.shape.cluster_size;
+      const int64_t items = int64_t{h.shape.batch} * h.counts.num_q_tiles * P.options.static_splits;
+      return int(std::min<int64_t>((items + clusters - 1) / std::max<int64_t>(clusters, 1), 1 << 30));
+    }
+  }
+  return std::numeric_limits<int>::max();
+}
+
+// Whether the per-tensor fp8 kernel quantises a bf16 Q itself (q_inline_fp8.cuh) instead
+// of after the quantiser kernel. Measured (H200, bench/NOTES.md v27): in the kernel, the
+// quantiser's launch (4-8 us of the call) is saved, and each item start waits for its
+// quantisation, where the quantiser's Q comes ahead by TMA. Tiles of at most 16 rows (one
+// round trip of two rows per warp) win either way (lognormal_H16_Sq1 189 -> 185 us), and
+// so does any tile with one item per CTA (B1 42 -> 36, B128_Sq1 94.5 -> 90); 64-row tiles
+// with several items per CTA lose (lognormal_H16_Sq4 246 -> 275, kimi 97 -> 106) and keep
+// the quantiser, as do 2-CTA clusters (the cluster kernel has no registers to spare).
+// KBMLA_Q_INLINE=always / never overrides the choice (tests, tuning; README).
+bool per_tensor_quantises_q(const DevicePlan::Impl& P, int rows) {
+  if (P.host.shape.cluster_size != 1) return false;
+  if (const char* e = std::getenv("KBMLA_Q_INLINE")) {
+    const std::string v(e);
+    if (v == "always") return true;
+    if (v == "never") return false;
+    require(v == "auto", "KBMLA_Q_INLINE='", v, "' must be auto, always or never");
+  }
+  return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
+}
+
 }  // namespace
 
 size_t DevicePlan::workspace_bytes() const {
@@ -420,11 +464,12 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
 
   uint8_t* ws_base = static_cast<uint8_t*>(a.workspace);
   cudaStream_t stream = static_cast<cudaStream_t>(a.stream);
-  sm90::QMaps q_maps;
+  sm90::QMaps q_maps{};
   int q_pe_col = 0;
   const float* q_scale = nullptr;
   int q_scale_stride = 0;
   sm90::QuantizeQArgs quantize{};
+  std::optional<detail::QSource> q_source;  // the per-tensor kernel's in-kernel quantisation
   if (fp8 && q_e4m3) {
     // The caller's e4m3 Q and its one scale (every row reads q_scale[0]).
     const int64_t row_stride = detail::check_e4m3_q(c, B, a);
@@ -443,6 +488,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
                                  q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
+  } else if (fp8 && per_tensor_quantises_q(P, c.heads * c.q_len)) {
+    // A bf16 Q that the decode's consumers quantise per row themselves (q_inline_fp8.cuh):
+    // no Q maps, no quantiser kernel.
+    q_source = detail::check_q(c, B, a);
   } else if (fp8) {
     // Q to e4m3 per row, into the workspace; launched ahead of the decode on the same
     // stream once every host check has passed.
@@ -484,6 +533,14 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;
   p.q_scale_stride = q_scale_stride;
+  p.q_inline = q_source.has_value();
+  if (q_source) {
+    p.q_bf16 = a.q;
+    p.q_pe_bf16 = a.q_pe;
+    p.q_row = q_source->q_row;
+    p.q_pe_row = q_source->pe_row;
+    p.q_latent_cols = int(q_source->latent_cols);
+  }
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
   p.q_pe_col = q_pe_col;
   p.vis = vis;
@@ -534,8 +591,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::KvFp8Maps kv_maps;
       std::memcpy(&kv_maps.latent, cache.tensor_map(), sizeof(CUtensorMap));
       std::memcpy(&kv_maps.rope, cache.aux_tensor_map(), sizeof(CUtensorMap));
-      if (!q_e4m3) sm90::launch_quantize_q(quantize, stream);
-      sm90::launch_decode_fp8(q_maps, kv_maps, p, grid, stream, /*after_quantiser=*/!q_e4m3);
+      const bool after_quantiser = !q_e4m3 && !p.q_inline;
+      if (after_quantiser) sm90::launch_quantize_q(quantize, stream);
+      sm90::launch_decode_fp8(q_maps, kv_maps, p, grid, stream, after_quantiser);
     } else {
       sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
     }

@@ -3,6 +3,7 @@
 // dense call's result bit for bit (same plan, same arithmetic), and write nothing outside
 // its rows (the padding stays poisoned).
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "tests/gpu/gpu_harness.hpp"
@@ -211,6 +212,73 @@ TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
 // The per-block-scale cache with Q as q_nope + q_pe in padded buffers (the rope map reads
 // q_pe's bytes, the quantiser q_nope's strided rows): the dense call's result bit for bit;
 // then the argument checks particular to it.
+// Q as q_nope rows of 640 and q_pe rows of 72 (the padding poisoned with NaN), and the
+// arguments `a` reading them instead of its dense Q.
+struct PaddedSplitQ {
+  DeviceArray<ref::Bf16> nope, pe;
+  PaddedSplitQ(const std::vector<ref::Bf16>& q, size_t rows)
+      : nope(split_part(q, rows, 0, 512, 640)), pe(split_part(q, rows, 512, 64, 72)) {}
+  static std::vector<ref::Bf16> split_part(const std::vector<ref::Bf16>& q, size_t rows, int col, int cols, int pitch) {
+    std::vector<ref::Bf16> part(rows * pitch, ref::float_to_bf16(NAN));
+    for (size_t r = 0; r < rows; ++r) std::copy_n(&q[r * 576 + col], cols, &part[r * pitch]);
+    return part;
+  }
+  DecodeArgs args(DecodeArgs a, int heads, int q_len) const {
+    a.q = nope.ptr;
+    a.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
+    a.q_pe = pe.ptr;
+    a.q_pe_strides = {int64_t(q_len) * heads * 72, int64_t(heads) * 72, 72};
+    return a;
+  }
+};
+
+DecodeConfig fp8_config(int heads, int q_len, double scale, KvDtype dtype) {
+  DecodeConfig config;
+  config.heads = heads;
+  config.q_len = q_len;
+  config.softmax_scale = float(scale);
+  config.kv_dtype = dtype;
+  return config;
+}
+
+// The per-tensor fp8 cache with a bf16 Q as q_nope + q_pe in padded, NaN-poisoned buffers,
+// through both of its Q paths (the consumers' quantisation, which reads those strides
+// itself, and the quantiser kernel): the same outputs as the dense call.
+TEST(GpuEngineArgs, Fp8CacheWithPaddedSplitQOnBothQPaths) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  const int heads = 16, q_len = 4;  // 64-row tiles
+  const std::vector<int32_t> seqlens = {300, 1500, 0, 77};
+  const auto data = random_problem(heads, q_len, seqlens, 7);
+  const ref::Problem& shape = data.problem;
+  const size_t rows = size_t(shape.batch) * q_len * heads;
+  std::vector<uint8_t> cache8(data.cache.size());
+  for (size_t i = 0; i < cache8.size(); ++i) cache8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.cache[i]) * 256.f);
+  DevicePlan plan = DevicePlan::create(fp8_config(heads, q_len, shape.scale, KvDtype::kFp8E4m3), seqlens);
+  DeviceProblem dev(data, plan);
+  DeviceArray<uint8_t> dev_cache8(cache8);
+  const PaddedSplitQ padded(data.q, rows);
+  DeviceArray<float> kv_scale(std::vector<float>{1.f / 256.f});
+  KvCache kv(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3);
+  DecodeArgs a = dev.args(data.problem.max_pages);
+  a.kv_scale = kv_scale.ptr;
+  Dense dense;
+  setenv("KBMLA_Q_INLINE", "never", 1);
+  ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, a, dev, dense));
+  const DecodeArgs split = padded.args(a, heads, q_len);
+  for (const char* mode : {"never", "always"}) {
+    SCOPED_TRACE(std::string("KBMLA_Q_INLINE=") + mode);
+    setenv("KBMLA_Q_INLINE", mode, 1);
+    expect_same_as_dense(plan, kv, a, dev, dense, rows);
+    expect_same_as_dense(plan, kv, split, dev, dense, rows);
+  }
+  setenv("KBMLA_Q_INLINE", "sometimes", 1);
+  EXPECT_NE(decode_error(plan, kv, a).find("KBMLA_Q_INLINE='sometimes' must be auto, always or never"),
+            std::string::npos);
+}
+
 TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
   KBMLA_REQUIRE_SM90();
   const int heads = 16, q_len = 2;
@@ -224,32 +292,16 @@ TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
     for (int d = 0; d < 576; ++d) v[d] = ref::bf16_to_float(data.cache[t * 576 + d]);
     ref::encode_fp8_block_token(v.data(), v.data() + 512, cache8.data() + t * ref::kFp8BlockTokenBytes);
   }
-  // q_nope rows of 640, q_pe rows of 72 (both padded, poisoned padding).
-  std::vector<ref::Bf16> nope(rows * 640, ref::float_to_bf16(NAN)), pe(rows * 72, ref::float_to_bf16(NAN));
-  for (size_t r = 0; r < rows; ++r) {
-    std::copy_n(&data.q[r * 576], 512, &nope[r * 640]);
-    std::copy_n(&data.q[r * 576 + 512], 64, &pe[r * 72]);
-  }
-  DecodeConfig config;
-  config.heads = heads;
-  config.q_len = q_len;
-  config.softmax_scale = float(shape.scale);
-  config.kv_dtype = KvDtype::kFp8E4m3PerBlock;
-  DevicePlan plan = DevicePlan::create(config, seqlens);
+  DevicePlan plan = DevicePlan::create(fp8_config(heads, q_len, shape.scale, KvDtype::kFp8E4m3PerBlock), seqlens);
   DeviceProblem dev(data, plan);
   DeviceArray<uint8_t> dev_cache8(cache8);
-  DeviceArray<ref::Bf16> dev_nope(nope), dev_pe(pe);
+  const PaddedSplitQ padded(data.q, rows);
   KvCache kv(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3PerBlock);
   DecodeArgs a = dev.args(data.problem.max_pages);
   Dense dense;
   ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, a, dev, dense));
 
-  DecodeArgs split = a;
-  split.q = dev_nope.ptr;
-  split.q_strides = {int64_t(q_len) * heads * 640, int64_t(heads) * 640, 640};
-  split.q_pe = dev_pe.ptr;
-  split.q_pe_strides = {int64_t(q_len) * heads * 72, int64_t(heads) * 72, 72};
-  expect_same_as_dense(plan, kv, split, dev, dense, rows);
+  expect_same_as_dense(plan, kv, padded.args(a, heads, q_len), dev, dense, rows);
 
   auto error_of = [&](const DecodeArgs& args, const KvCache& cache) { return decode_error(plan, cache, args); };
   DeviceArray<float> scale(std::vector<float>{1.f});

@@ -1,6 +1,8 @@
 // One poisoned workspace shared by plans of other layouts (as an engine shares one
 // across batch shapes and layers), and CTA budgets so small that each CTA holds many
 // split items: every call still matches the reference and reports no device error.
+#include <cstdlib>
+
 #include "tests/gpu/gpu_harness.hpp"
 
 namespace kbmla::test {
@@ -79,6 +81,41 @@ TEST(GpuSharedWorkspace, FewCtasEachHoldingManySplitItems) {
   GpuCase clusters{128, 2, {3000, 2500, 700}};  // 2-CTA clusters, two q tiles per request
   clusters.num_ctas = 6;
   expect_accurate(clusters, run_gpu_case(clusters));
+}
+
+// The per-tensor fp8 kernel takes a bf16 Q two ways (decode_api.cpp, per_tensor_quantises_q):
+// its consumers quantise each item's Q tile, or the quantiser kernel does it for the TMA.
+// Both must compute the same e4m3 bytes, so the same outputs, here on plans with many items
+// per CTA (64-row and 16-row tiles, d_qk 576 and 512), where the automatic choice
+// would take only one of the ways.
+TEST(GpuSharedWorkspace, Fp8QQuantisedByTheConsumersOrTheQuantiserAlike) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  std::vector<GpuCase> cases;
+  GpuCase wide{16, 4, {3000, 5000, 4096, 1, 700, 9000, 130}};
+  wide.num_ctas = 5;
+  cases.push_back(wide);
+  GpuCase narrow{16, 1, {3000, 5000, 4096, 1, 700, 9000, 130, 64, 65}};
+  narrow.num_ctas = 3;
+  cases.push_back(narrow);
+  GpuCase no_rope{12, 4, {2500, 64, 4000, 900}};
+  no_rope.num_ctas = 2;
+  no_rope.d_qk = 512;
+  cases.push_back(no_rope);
+  for (GpuCase& c : cases) {
+    c.fp8 = true;
+    setenv("KBMLA_Q_INLINE", "always", 1);
+    const GpuResult in_kernel = run_gpu_case(c);
+    expect_accurate(c, in_kernel);
+    setenv("KBMLA_Q_INLINE", "never", 1);
+    const GpuResult quantiser = run_gpu_case(c);
+    expect_accurate(c, quantiser);
+    EXPECT_EQ(in_kernel.cmp.rel_frobenius, quantiser.cmp.rel_frobenius) << describe(c);
+    EXPECT_EQ(in_kernel.cmp.worst_row_rel, quantiser.cmp.worst_row_rel) << describe(c);
+    EXPECT_EQ(in_kernel.cmp.lse_max_abs, quantiser.cmp.lse_max_abs) << describe(c);
+  }
 }
 
 }  // namespace

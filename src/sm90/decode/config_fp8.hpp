@@ -1,7 +1,8 @@
 // Compile-time configuration of the sm_90a fp8 MLA decode kernel: the latent cache in
 // e4m3 with one fp32 scale for the whole tensor (576 B per token for d_qk 576), Q in
-// e4m3 (quantised per row by a small kernel before the decode, quantize_q.cu, or given so
-// by the caller with one scale), and both products on fp8 wgmma (e4m3 x e4m3 -> fp32).
+// e4m3 (a bf16 Q quantised per row by the consumers at each item's start,
+// q_inline_fp8.cuh, or given so by the caller with one scale), and both products on fp8
+// wgmma (e4m3 x e4m3 -> fp32).
 //
 // fp8 wgmma reads shared-memory operands K-major only. Q, K and P are K-major as they
 // come (d, resp. tokens, contiguous); V is not (the cache holds dims contiguous, and P V
@@ -19,7 +20,7 @@
 //
 // Roles (384 threads, one CTA per SM):
 //   warpgroup 0  producer: warp 0 streams the KV stages (TMA; cp.async for one-token
-//                pages), thread 32 the Q tiles
+//                pages), thread 32 the Q tiles of a caller's e4m3 Q (a bf16 Q: the consumers quantise it)
 //   warpgroups 1, 2  consumers 0 and 1 (one copy of their code, the index at run time,
 //                but for 2-CTA clusters): in turn per KV block, S = Q K^T (64 x 64, 18
 //                k-steps of 32; S^T = K Q^T, 64 tokens x 16 rows, for tiles of at most
@@ -33,8 +34,8 @@
 //   Q        4 x [64 rows][128 cols] + [64 rows][64 cols] e4m3 = 36,864
 //   KV[5]    the same for 64 tokens = 36,864 each; a block's P [64 rows][64 tokens] goes
 //            over its stage's rope box once S has read it
-//   zero row, barriers, flags, per-stage factors and maxima, row statistics ~4.9 KiB
-//                                                         = 225,944 bytes (+1 KiB to align).
+//   zero row, barriers, flags, per-stage factors and maxima, row statistics, Q scales
+//   ~5.1 KiB                                              = 226,200 bytes (+1 KiB to align).
 // Stages: with 36 KiB stages, two kept too few bytes in flight per SM for the bandwidth
 // share of one SM (~32 GB/s) at DRAM latency; five measured 5 % faster than four
 // (bench/NOTES.md, v14-v17).
@@ -84,6 +85,8 @@ static_assert(kPBox * kBoxBytes == kRopeBoxOffset, "the rope box is where the 64
 //  kBarFp8OwnerP: the owner's four warps (128 threads): their flags OR-ed, their P complete.
 constexpr uint32_t kBarFp8StatsReady = 6;  // 6, 7
 constexpr uint32_t kBarFp8OwnerP = 8;      // 8, 9
+// kBarFp8QReady: both consumers wrote their rows of the item's Q tile (q_inline_fp8.cuh).
+constexpr uint32_t kBarFp8QReady = 12;
 __host__ __device__ constexpr uint32_t p_ready_barrier(int owner, int block_count) {
   return ((block_count >> 1) & 1 ? 10u : 4u) + uint32_t(owner);  // 4, 5 or 10, 11
 }
@@ -104,7 +107,9 @@ struct SmemLayout {
   static constexpr uint32_t row_scale = rescale_flags + 4 * kStages;        // float[stage][64]
   static constexpr uint32_t row_max = row_scale + 4 * kStages * kRowsPerCta;  // float[stage][64]
   static constexpr uint32_t row_stats = row_max + 4 * kStages * kRowsPerCta;  // float2[parity][consumer][64]
-  static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
+  // Per-row Q scales of the item when the consumers quantise Q (q_inline_fp8.cuh).
+  static constexpr uint32_t q_scales = row_stats + 8 * 2 * 2 * kRowsPerCta;  // float[64]
+  static constexpr uint32_t end = q_scales + 4 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;
 };
 static_assert(SmemLayout::kv % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");

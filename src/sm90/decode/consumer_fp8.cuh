@@ -12,8 +12,8 @@
 // and only the row-maximum hand-over (block k's softmax needs the maxima after block k - 1)
 // is serial. A consumer defers the P V of the other's block until after its own next
 // softmax, so that hand-over is the only wait on the softmax chain.
-// S of row r is scaled by softmax_scale x kv_scale x the row's Q scale (per row from the
-// quantiser, or the one scale of a caller's e4m3 Q); P <= 2^kRescaleSlack = 256 < 448, the
+// S of row r is scaled by softmax_scale x kv_scale x the row's Q scale (per row, or the
+// one scale of a caller's e4m3 Q); P <= 2^kRescaleSlack = 256 < 448, the
 // e4m3 maximum; O is multiplied by kv_scale in the epilogue.
 //
 // O^T accumulators o[b] (b = 0..3: dims 256 wg + 64 b ..): lane l of warp w holds output
@@ -27,6 +27,7 @@
 #pragma once
 
 #include "src/sm90/decode/epilogue.cuh"
+#include "src/sm90/decode/q_inline_fp8.cuh"
 #include "src/sm90/decode/rows_fp8.cuh"
 
 namespace kbmla::sm90::fp8 {
@@ -119,6 +120,7 @@ struct PerTensorScaling {
   using Layout = SmemLayout;
   using Rows = std::conditional_t<kAcc_ == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
   static constexpr int kAcc = kAcc_;
+  static constexpr int kQkBoxes = QkBoxes;
   static constexpr int kStages = fp8::kStages;
   static constexpr int kSlots = fp8::kStages;  // the hand-over of a block lives with its stage
   static constexpr uint32_t kStageBytes = kTileBytes;
@@ -130,8 +132,12 @@ struct PerTensorScaling {
       : full(reinterpret_cast<uint64_t*>(smem + Layout::barriers) + 2), kv(smem + Layout::kv), kv_scale(*p.kv_scale) {}
 
   __device__ __forceinline__ void wait_stage(int stage, uint32_t phase) const { Mbarrier::wait(full + stage, phase); }
-  __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it) const {
-    rows.begin_item(p, it, kv_scale);
+  // A bf16 Q is quantised by the consumers (p.q_inline; q_inline_fp8.cuh): kQRows rows of
+  // the tile, the 16 that S^T reads for the narrow tiles.
+  static constexpr bool kInlineQ = true;
+  static constexpr int kQRows = kAcc_ == 8 ? 16 : kRowsPerCta;
+  __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it, QScales qs) const {
+    rows.begin_item(p, it, kv_scale, qs);
   }
   __device__ __forceinline__ void block_max(Rows& rows, int wg, uint32_t q_addr, uint32_t stage_addr, int, int blk,
                                             float* exchange) const {
@@ -196,8 +202,19 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
     // (Context-parallel positions are checked by the Q loader thread.)
-    sc.begin_item(rows, p, it);
-    Mbarrier::wait(q_full, item_count & 1);
+    // (p is in the constant bank: testing p.q_inline again costs no register.)
+    if (Scaling::kInlineQ && kFixedWg < 0 && p.q_inline) {
+      // The previous item's row-statistics barrier was the last point where S could read
+      // its Q tile, so the tile is free to overwrite.
+      if constexpr (Scaling::kInlineQ && kFixedWg < 0) {
+        float* q_scales = reinterpret_cast<float*>(smem + Layout::q_scales);
+        quantise_q_tile<Scaling::kQkBoxes, Scaling::kQRows>(p, it, smem + Layout::q, q_scales, 4 * wg + warp, lane);
+        sc.begin_item(rows, p, it, QScales{q_scales, 1, kRowsPerCta - 1});
+      }
+    } else {
+      sc.begin_item(rows, p, it, global_q_scales(p, it));
+      Mbarrier::wait(q_full, item_count & 1);
+    }
 
     float o[4][kAcc];
 #pragma unroll
@@ -294,7 +311,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       fence_accumulators(o);
       release_stage(empty + stage, lane, p.cluster_size);
     }
-    Mbarrier::arrive(q_empty);
+    if (!(Scaling::kInlineQ && kFixedWg < 0 && p.q_inline)) Mbarrier::arrive(q_empty);
     ++item_count;
 
     sc.finish_o(o);

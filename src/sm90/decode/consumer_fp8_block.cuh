@@ -294,10 +294,10 @@ struct BlockWideRows : fp8::WideRows<kQkBoxes> {
 
   __device__ __forceinline__ BlockWideRows(int warp, int lane) : fp8::WideRows<kQkBoxes>(warp, lane) {}
 
-  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it) {
-    fp8::WideRows<kQkBoxes>::begin_item(p, it, 1.f);
-    inv_qs0 = 1.f / fp8::row_q_scale(p, it, r0);
-    inv_qs1 = 1.f / fp8::row_q_scale(p, it, r1);
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it, fp8::QScales qs) {
+    fp8::WideRows<kQkBoxes>::begin_item(p, it, 1.f, qs);
+    inv_qs0 = 1.f / qs(r0);
+    inv_qs1 = 1.f / qs(r1);
   }
 
   __device__ __forceinline__ void block_max(int wg, uint32_t q_addr, uint32_t stage_addr, const float* scales, int blk,
@@ -331,10 +331,10 @@ struct BlockNarrowRows : fp8::NarrowRows<kQkBoxes> {
 
   __device__ __forceinline__ BlockNarrowRows(int warp, int lane) : fp8::NarrowRows<kQkBoxes>(warp, lane) {}
 
-  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it) {
-    fp8::NarrowRows<kQkBoxes>::begin_item(p, it, 1.f);
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it, fp8::QScales qs) {
+    fp8::NarrowRows<kQkBoxes>::begin_item(p, it, 1.f, qs);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) inv_qs[j] = 1.f / fp8::row_q_scale(p, it, row(n0, j));
+    for (int j = 0; j < 4; ++j) inv_qs[j] = 1.f / qs(row(n0, j));
   }
 
   __device__ __forceinline__ void block_max(int wg, uint32_t q_addr, uint32_t stage_addr, const float* scales, int blk,
@@ -395,8 +395,10 @@ struct PerBlockScaling {
     Mbarrier::wait(bars + 2 + 2 * kStages + stage, phase);
     Mbarrier::wait(bars + 2 + stage, phase);
   }
-  __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it) const {
-    rows.begin_item(p, it);
+  // Q from the quantiser kernel (quantize_q.cu), loaded by TMA.
+  static constexpr bool kInlineQ = false;
+  __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it, fp8::QScales qs) const {
+    rows.begin_item(p, it, qs);
   }
   __device__ __forceinline__ void block_max(Rows& rows, int wg, uint32_t q_addr, uint32_t stage_addr, int stage,
                                             int blk, float* exchange) const {

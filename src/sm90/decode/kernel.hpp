@@ -69,8 +69,12 @@ void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const De
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
 // fp8 (e4m3) cache: `q_maps.latent` / `.rope` are the maps of the e4m3 Q (as KvFp8Maps); p.q_scale
-// and p.kv_scale are set. `after_quantiser`: the Q quantiser was launched just before on
+// and p.kv_scale are set; or, with p.q_inline, the maps are unset and the consumers quantise a
+// bf16 Q themselves. `after_quantiser`: the Q quantiser was launched just before on
 // `stream`, and the decode becomes its programmatic dependent. Full mode only.
+// Tiles of at most this many query rows (one CTA) take the per-tensor kernel's narrow
+// instantiation (S^T and P V with N = 16).
+constexpr int kFp8NarrowRows = 16;
 void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser);
 

@@ -35,10 +35,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(&q_maps.latent);
+    // With p.q_inline the Q maps are unset: the consumers quantise Q from global memory.
+    if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.latent);
     cute::prefetch_tma_descriptor(&kv_maps.latent);
     if constexpr (QkBoxes > kLatentBoxes) {
-      cute::prefetch_tma_descriptor(&q_maps.rope);
+      if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.rope);
       cute::prefetch_tma_descriptor(&kv_maps.rope);
     }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
       }
-    } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
+    } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1 (p.q_inline: checks only)
       grid_dependency_wait();  // the quantised Q
       run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     }
@@ -102,7 +103,7 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
   require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
           kDqk, ", ", kDqkNoRope);
   // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
-  const bool narrow = p.rows <= 16 && p.cluster_size == 1;
+  const bool narrow = p.rows <= kFp8NarrowRows && p.cluster_size == 1;
   if (p.d_qk == kDqkNoRope) {
     return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);

@@ -288,6 +288,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
     if constexpr (kCheckDcp) {
       if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
     }
+    if (p.q_inline) continue;  // the consumers quantise Q themselves (q_inline_fp8.cuh)
     Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
     Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kQBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;

@@ -67,11 +67,19 @@ __device__ __forceinline__ void issue_s(uint32_t q_addr, uint32_t stage_addr, fl
   wgmma_commit();
 }
 
-// Row r's Q scale (per row from the quantiser, or the one scale of a caller's e4m3 Q);
-// rows past the request's rows read a neighbour's (they are never written out).
-__device__ __forceinline__ float row_q_scale(const DecodeParams& p, const Item& it, int r) {
-  const int64_t row = int64_t{it.batch} * p.rows + min(it.row_begin + r, p.rows - 1);
-  return p.q_scale[row * p.q_scale_stride];
+// The Q scales of an item's tile rows: row r's is base[min(r, last) * stride]. In global
+// memory (per row from the quantiser, or the one scale of a caller's e4m3 Q: stride 0;
+// rows past the request's rows read a neighbour's, they are never written out), or in
+// shared memory beside a Q tile the consumers quantised (q_inline_fp8.cuh).
+struct QScales {
+  const float* base;
+  int stride;
+  int last;
+  __device__ __forceinline__ float operator()(int r) const { return base[min(r, last) * stride]; }
+};
+__device__ __forceinline__ QScales global_q_scales(const DecodeParams& p, const Item& it) {
+  return {p.q_scale + (int64_t{it.batch} * p.rows + it.row_begin) * p.q_scale_stride, p.q_scale_stride,
+          p.rows - 1 - it.row_begin};
 }
 
 // Where the owner publishes a block: the per-stage factors, maxima and rescale flag.
@@ -93,12 +101,12 @@ struct WideRows {
   __device__ __forceinline__ WideRows(int warp, int lane)
       : r0(warp * 16 + lane / 4), r1(warp * 16 + lane / 4 + 8), col_pair(2 * (lane % 4)) {}
 
-  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it, float kv_scale) {
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it, float kv_scale, QScales qs) {
     vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
     vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
-    f0 = p.scale_log2 * kv_scale * row_q_scale(p, it, r0);
-    f1 = p.scale_log2 * kv_scale * row_q_scale(p, it, r1);
+    f0 = p.scale_log2 * kv_scale * qs(r0);
+    f1 = p.scale_log2 * kv_scale * qs(r1);
     m0 = m1 = -__int_as_float(0x7f800000);
     l0 = l1 = 0.f;
   }
@@ -202,14 +210,14 @@ struct NarrowRows {
 
   __device__ __forceinline__ NarrowRows(int, int lane) : n0(2 * (lane % 4)), odd((lane >> 2) & 1) {}
 
-  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it, float kv_scale) {
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it, float kv_scale, QScales qs) {
     const int big = 0x7fffffff;
     int first_masked = big;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int n = row(n0, j);
       vis[j] = visible_keys(p, it.batch, it.seqlen, it.row_begin + n);
-      f[j] = p.scale_log2 * kv_scale * row_q_scale(p, it, n);
+      f[j] = p.scale_log2 * kv_scale * qs(n);
       // Padding rows (past heads x q_len) are left out, as in warp_mask_from.
       if (it.row_begin + n < p.rows) first_masked = min(first_masked, vis[j]);
       m[j] = -__int_as_float(0x7f800000);

@@ -1,0 +1,111 @@
+// Q of the per-tensor fp8 kernel quantised inside the decode, by its consumers at the
+// start of each item: the bf16 rows of the item's tile, per row to e4m3 with scale =
+// max |q| / 448 (a zero row: scale 1), written into the Q tile as the TMA would (four
+// 128-byte latent boxes, 128-byte swizzle; the rope box, 64-byte swizzle), the row scales
+// beside it in shared memory.
+// Why here and not in a kernel of its own (quantize_q.cu, which the per-block kernel still
+// uses): that kernel's launch sat between the call and the decode's start, 4-8 us of
+// every fp8 call (bench, H200: B128_Sq1 94 -> 90 us and kimi_lognormal 94 -> 86 us with
+// the caller's e4m3 Q, which needs no quantiser; bench/NOTES.md v27). Here it costs one
+// L2 round trip per item, while the first item's KV stages are in flight.
+// The arithmetic is the quantiser's (same scale, same reciprocal, same saturating
+// conversion), so the e4m3 Q and every result are the same bytes as before.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "src/sm90/decode/rows_fp8.cuh"
+#include "src/sm90/decode/work.cuh"
+
+namespace kbmla::sm90::fp8 {
+
+// Byte offset in the Q tile of the 8 e4m3 values of columns 8k..8k+7 of row t: latent
+// groups k < 64 in box k / 16 (128-byte rows, chunk (k % 16) / 2 XOR t % 8), rope groups
+// in the 64-byte-swizzled box after them.
+__device__ __forceinline__ uint32_t q_tile_group_offset(int t, int k) {
+  if (k < 64) {
+    return (k >> 4) * kLatentBoxBytes + t * kLatentBoxRowBytes + (((((k >> 1) & 7) ^ t) & 7) << 4) + (k & 1) * 8;
+  }
+  return kRopeBoxOffset + swizzled64(t, 8 * (k - 64));
+}
+
+// 8 bf16 (one 16-byte load) times inv, as 8 e4m3 bytes.
+__device__ __forceinline__ uint2 e4m3x8(uint4 v, float inv) {
+  const float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.y));
+  const float2 c = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.z));
+  const float2 d = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.w));
+  return make_uint2(e4m3x4(a.x * inv, a.y * inv, b.x * inv, b.y * inv), e4m3x4(c.x * inv, c.y * inv, d.x * inv, d.y * inv));
+}
+
+__device__ __forceinline__ float abs_max8(uint4 v) {
+  float m = 0.f;
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
+  }
+  return m;
+}
+
+// The consumers' (256 threads, warp gw = 4 wg + warp) quantisation of the item's Q tile:
+// kRows rows (64, or 16 for the narrow tiles whose S^T reads only those), kRows / 8 per
+// warp, the loads of up to four rows in flight at once (12 x 16 bytes per lane). Not
+// inlined: inlined, its registers made ptxas spill values of the block loop in the 2-CTA
+// cluster kernel (68-88 bytes, reloaded per block; 16 bytes at item starts this way). Rows past the request's rows are zeros
+// with scale 1 (their keys are all masked). The caller must have passed the previous
+// item's last barrier (every S of it done); this ends with the tile and the scales
+// visible to both consumers' wgmma and loads.
+template <int QkBoxes, int kRows>
+__device__ __forceinline__ void quantise_q_tile(const DecodeParams& p, const Item& it, uint8_t* q_tile,
+                                                float* q_scales, int gw, int lane) {
+  constexpr int kRowsPerWarp = kRows / 8;
+  constexpr int kBatch = kRowsPerWarp < 4 ? kRowsPerWarp : 4;  // rows whose loads are in flight together
+  constexpr int kGroups = QkBoxes * 8;             // 16-byte groups of bf16 per row: 72 or 64
+  constexpr int kPerLane = (kGroups + 31) / 32;    // 3 or 2
+  const int valid = p.rows - it.row_begin;         // rows of the tile with a query (may be <= 0)
+  const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(p.q_bf16);
+  const __nv_bfloat16* q_pe = static_cast<const __nv_bfloat16*>(p.q_pe_bf16);
+#pragma unroll 1
+  for (int i0 = 0; i0 < kRowsPerWarp; i0 += kBatch) {
+    uint4 v[kBatch][kPerLane];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int t = gw * kRowsPerWarp + i0 + i;
+      const int64_t row = int64_t{it.batch} * p.rows + it.row_begin + t;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int col = 8 * (lane + 32 * j);
+        v[i][j] = make_uint4(0, 0, 0, 0);
+        if (t < valid && col < 8 * kGroups) {
+          const __nv_bfloat16* src = col < p.q_latent_cols ? q + row * p.q_row + col
+                                                           : q_pe + row * p.q_pe_row + (col - p.q_latent_cols);
+          v[i][j] = __ldg(reinterpret_cast<const uint4*>(src));
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int t = gw * kRowsPerWarp + i0 + i;
+      float amax = 0.f;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) amax = fmaxf(amax, abs_max8(v[i][j]));
+#pragma unroll
+      for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const float scale = amax > 0.f ? amax / kE4m3Max : 1.f;
+      const float inv = 1.f / scale;
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int k = lane + 32 * j;
+        if (k < kGroups) *reinterpret_cast<uint2*>(q_tile + q_tile_group_offset(t, k)) = e4m3x8(v[i][j], inv);
+      }
+      if (lane == 0) q_scales[t] = scale;
+    }
+  }
+  // wgmma reads the tile through the async proxy.
+  fence_view_async_shared();
+  named_sync(kBarFp8QReady, kConsumerThreads);
+}
+
+}  // namespace kbmla::sm90::fp8
