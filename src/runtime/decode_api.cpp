@@ -137,8 +137,8 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
   return std::numeric_limits<int>::max();
 }
 
-// Whether the per-tensor fp8 kernel quantises a bf16 Q itself (q_inline_fp8.cuh) instead
-// of after the quantiser kernel. Measured (H200, bench/NOTES.md v27): in the kernel, the
+// Whether an fp8 kernel quantises a bf16 Q itself (q_inline_fp8.cuh) instead of after the
+// quantiser kernel. Measured on the per-tensor kernel (H200, bench/NOTES.md v27): in the kernel, the
 // quantiser's launch (4-8 us of the call) is saved, and each item start waits for its
 // quantisation, where the quantiser's Q comes ahead by TMA. Tiles of at most 16 rows (one
 // round trip of two rows per warp) win either way (lognormal_H16_Sq1 189 -> 185 us), and
@@ -146,7 +146,7 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
 // with several items per CTA lose (lognormal_H16_Sq4 246 -> 275, kimi 97 -> 106) and keep
 // the quantiser, as do 2-CTA clusters (the cluster kernel has no registers to spare).
 // KBMLA_Q_INLINE=always / never overrides the choice (tests, tuning; README).
-bool per_tensor_quantises_q(const DevicePlan::Impl& P, int rows) {
+bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
   if (P.host.shape.cluster_size != 1) return false;
   if (const char* e = std::getenv("KBMLA_Q_INLINE")) {
     const std::string v(e);
@@ -476,19 +476,21 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     detail::fp8_q_maps_for(c, int64_t{B} * c.q_len * c.heads, a.q, row_stride, P.q_maps, q_maps, q_pe_col);
     q_scale = a.q_scale;
   } else if (per_block) {
-    // The latent part of Q to e4m3 per row (scale over its 512 values), into the
-    // workspace; the rope part is read as it is (bf16).
+    // The latent part of Q to e4m3 per row (scale over its 512 values), by the decode's
+    // consumers or into the workspace by the quantiser; the rope part is read as it is
+    // (bf16, by TMA).
     const detail::QSource q = detail::check_q(c, B, a);
+    const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
+    if (narrow && fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) q_source = q;
     const Fp8QArea area = fp8_q_area(h, c);
     uint8_t* q8 = ws_base + area.q8_offset;
     float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
     quantize = {a.q, q.q_row, nullptr, 0, sm90::kDqkNoRope, sm90::kDqkNoRope, q.rows, q8, row_scales};
-    const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
     detail::fp8_block_q_maps_for(q, a, q8, narrow ? int(sm90::kFp8BlockNarrowQRows) : sm90::kRowsPerCta, P.q_maps,
                                  q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
-  } else if (fp8 && per_tensor_quantises_q(P, c.heads * c.q_len)) {
+  } else if (fp8 && fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) {
     // A bf16 Q that the decode's consumers quantise per row themselves (q_inline_fp8.cuh):
     // no Q maps, no quantiser kernel.
     q_source = detail::check_q(c, B, a);
@@ -539,7 +541,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     p.q_pe_bf16 = a.q_pe;
     p.q_row = q_source->q_row;
     p.q_pe_row = q_source->pe_row;
-    p.q_latent_cols = int(q_source->latent_cols);
+    p.q_latent_cols = per_block ? sm90::kDqkNoRope : int(q_source->latent_cols);
   }
   p.scale_log2 = c.softmax_scale * 1.4426950408889634f;
   p.q_pe_col = q_pe_col;
@@ -585,8 +587,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::KvBlockMaps kv_maps;
       std::memcpy(&kv_maps.data, cache.tensor_map(), sizeof(CUtensorMap));
       std::memcpy(&kv_maps.scales, cache.aux_tensor_map(), sizeof(CUtensorMap));
-      sm90::launch_quantize_q(quantize, stream);
-      sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream);
+      if (!p.q_inline) sm90::launch_quantize_q(quantize, stream);
+      sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream, /*after_quantiser=*/!p.q_inline);
     } else if (fp8) {
       sm90::KvFp8Maps kv_maps;
       std::memcpy(&kv_maps.latent, cache.tensor_map(), sizeof(CUtensorMap));

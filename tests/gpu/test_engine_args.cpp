@@ -279,6 +279,42 @@ TEST(GpuEngineArgs, Fp8CacheWithPaddedSplitQOnBothQPaths) {
             std::string::npos);
 }
 
+// The per-block cache's narrow kernel (16 rows) with q_nope + q_pe padded: its consumers
+// quantise the latent part from the q_nope rows, the rope part comes by TMA from q_pe;
+// bit for bit the quantiser's path.
+TEST(GpuEngineArgs, Fp8BlockNarrowTileWithPaddedSplitQOnBothQPaths) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  const int heads = 16, q_len = 1;
+  const std::vector<int32_t> seqlens = {300, 1500, 77, 0};
+  const auto data = random_problem(heads, q_len, seqlens, 8);
+  const size_t rows = size_t(data.problem.batch) * q_len * heads, tokens = data.cache.size() / 576;
+  std::vector<uint8_t> cache8(tokens * ref::kFp8BlockTokenBytes);
+  std::vector<float> v(576);
+  for (size_t t = 0; t < tokens; ++t) {
+    for (int d = 0; d < 576; ++d) v[d] = ref::bf16_to_float(data.cache[t * 576 + d]);
+    ref::encode_fp8_block_token(v.data(), v.data() + 512, cache8.data() + t * ref::kFp8BlockTokenBytes);
+  }
+  DevicePlan plan =
+      DevicePlan::create(fp8_config(heads, q_len, data.problem.scale, KvDtype::kFp8E4m3PerBlock), seqlens);
+  DeviceProblem dev(data, plan);
+  DeviceArray<uint8_t> dev_cache8(cache8);
+  const PaddedSplitQ padded(data.q, rows);
+  KvCache kv(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3PerBlock);
+  const DecodeArgs a = dev.args(data.problem.max_pages);
+  Dense dense;
+  setenv("KBMLA_Q_INLINE", "never", 1);
+  ASSERT_NO_FATAL_FAILURE(decode_dense(plan, kv, a, dev, dense));
+  for (const char* mode : {"never", "always"}) {
+    SCOPED_TRACE(std::string("KBMLA_Q_INLINE=") + mode);
+    setenv("KBMLA_Q_INLINE", mode, 1);
+    expect_same_as_dense(plan, kv, a, dev, dense, rows);
+    expect_same_as_dense(plan, kv, padded.args(a, heads, q_len), dev, dense, rows);
+  }
+}
+
 TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
   KBMLA_REQUIRE_SM90();
   const int heads = 16, q_len = 2;

@@ -83,11 +83,11 @@ TEST(GpuSharedWorkspace, FewCtasEachHoldingManySplitItems) {
   expect_accurate(clusters, run_gpu_case(clusters));
 }
 
-// The per-tensor fp8 kernel takes a bf16 Q two ways (decode_api.cpp, per_tensor_quantises_q):
-// its consumers quantise each item's Q tile, or the quantiser kernel does it for the TMA.
-// Both must compute the same e4m3 bytes, so the same outputs, here on plans with many items
-// per CTA (64-row and 16-row tiles, d_qk 576 and 512), where the automatic choice
-// would take only one of the ways.
+// The fp8 kernels take a bf16 Q two ways (decode_api.cpp, fp8_quantises_q_in_kernel): their
+// consumers quantise each item's Q tile, or the quantiser kernel does it for the TMA. Both
+// must compute the same e4m3 bytes, so the same outputs, here on plans with many items per
+// CTA (per-tensor: 64-row and 16-row tiles, d_qk 576 and 512; per-block: 16-row tiles),
+// where the automatic choice would take only one of the ways.
 TEST(GpuSharedWorkspace, Fp8QQuantisedByTheConsumersOrTheQuantiserAlike) {
   KBMLA_REQUIRE_SM90();
   struct Restore {
@@ -104,8 +104,13 @@ TEST(GpuSharedWorkspace, Fp8QQuantisedByTheConsumersOrTheQuantiserAlike) {
   no_rope.num_ctas = 2;
   no_rope.d_qk = 512;
   cases.push_back(no_rope);
-  for (GpuCase& c : cases) {
-    c.fp8 = true;
+  for (GpuCase& c : cases) c.fp8 = true;
+  GpuCase block{8, 2, {3000, 5000, 4096, 1, 700, 9000, 130}};
+  block.num_ctas = 3;
+  block.fp8_block = true;
+  block.fp8_block_any_scales = true;
+  cases.push_back(block);
+  for (const GpuCase& c : cases) {
     setenv("KBMLA_Q_INLINE", "always", 1);
     const GpuResult in_kernel = run_gpu_case(c);
     expect_accurate(c, in_kernel);

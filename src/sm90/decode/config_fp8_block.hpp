@@ -94,7 +94,10 @@ struct SmemLayoutT {
   // The helper's P factors: half2 [stage][group][32 token pairs], scale_g[t] / M_g.
   static constexpr uint32_t p_ratios = group_factors + 16 * 3 * kStages;
   static constexpr uint32_t row_stats = p_ratios + 4 * kGroups * 32 * kStages;      // float2[parity][consumer][64]
-  static constexpr uint32_t end = row_stats + 8 * 2 * 2 * kRowsPerCta;
+  // Per-row Q scales of the item when the consumers quantise Q (q_inline_fp8.cuh): the
+  // narrow kernel only (the wide one has 672 bytes left, and always takes the quantiser).
+  static constexpr uint32_t q_scales = row_stats + 8 * 2 * 2 * kRowsPerCta;  // float[16]
+  static constexpr uint32_t end = q_scales + (kNarrow ? 4 * kQRows : 0);
   static constexpr uint32_t alloc = end + 1024;
   static_assert(kv % 1024 == 0 && kStageBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
   static_assert(own_p % 1024 == 0 && kPBytes % 512 == 0, "P tiles are swizzled (512-byte atoms)");

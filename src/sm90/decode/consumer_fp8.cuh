@@ -120,7 +120,6 @@ struct PerTensorScaling {
   using Layout = SmemLayout;
   using Rows = std::conditional_t<kAcc_ == 8, NarrowRows<QkBoxes>, WideRows<QkBoxes>>;
   static constexpr int kAcc = kAcc_;
-  static constexpr int kQkBoxes = QkBoxes;
   static constexpr int kStages = fp8::kStages;
   static constexpr int kSlots = fp8::kStages;  // the hand-over of a block lives with its stage
   static constexpr uint32_t kStageBytes = kTileBytes;
@@ -135,7 +134,10 @@ struct PerTensorScaling {
   // A bf16 Q is quantised by the consumers (p.q_inline; q_inline_fp8.cuh): kQRows rows of
   // the tile, the 16 that S^T reads for the narrow tiles.
   static constexpr bool kInlineQ = true;
+  static constexpr bool kRopeByTma = false;  // the rope columns are quantised with the rest
   static constexpr int kQRows = kAcc_ == 8 ? 16 : kRowsPerCta;
+  static constexpr int kQGroups = QkBoxes * 8;  // 16-byte groups of a bf16 row: 72 or 64
+  static constexpr uint32_t kQBoxBytes = kLatentBoxBytes;
   __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it, QScales qs) const {
     rows.begin_item(p, it, kv_scale, qs);
   }
@@ -208,8 +210,10 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       // its Q tile, so the tile is free to overwrite.
       if constexpr (Scaling::kInlineQ && kFixedWg < 0) {
         float* q_scales = reinterpret_cast<float*>(smem + Layout::q_scales);
-        quantise_q_tile<Scaling::kQkBoxes, Scaling::kQRows>(p, it, smem + Layout::q, q_scales, 4 * wg + warp, lane);
+        quantise_q_tile<Scaling::kQGroups, Scaling::kQRows, Scaling::kQBoxBytes>(p, it, smem + Layout::q, q_scales,
+                                                                                 4 * wg + warp, lane);
         sc.begin_item(rows, p, it, QScales{q_scales, 1, kRowsPerCta - 1});
+        if constexpr (Scaling::kRopeByTma) Mbarrier::wait(q_full, item_count & 1);
       }
     } else {
       sc.begin_item(rows, p, it, global_q_scales(p, it));
@@ -311,7 +315,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       fence_accumulators(o);
       release_stage(empty + stage, lane, p.cluster_size);
     }
-    if (!(Scaling::kInlineQ && kFixedWg < 0 && p.q_inline)) Mbarrier::arrive(q_empty);
+    if (Scaling::kRopeByTma || !(Scaling::kInlineQ && kFixedWg < 0 && p.q_inline)) Mbarrier::arrive(q_empty);
     ++item_count;
 
     sc.finish_o(o);

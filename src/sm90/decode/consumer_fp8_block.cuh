@@ -395,8 +395,14 @@ struct PerBlockScaling {
     Mbarrier::wait(bars + 2 + 2 * kStages + stage, phase);
     Mbarrier::wait(bars + 2 + stage, phase);
   }
-  // Q from the quantiser kernel (quantize_q.cu), loaded by TMA.
-  static constexpr bool kInlineQ = false;
+  // The narrow kernel's consumers quantise a bf16 Q's latent part (p.q_inline;
+  // q_inline_fp8.cuh), its bf16 rope bytes still come by TMA; the wide kernel has no room
+  // for the row scales and always takes the quantiser's Q.
+  static constexpr bool kInlineQ = kAcc_ == 8;
+  static constexpr bool kRopeByTma = true;
+  static constexpr int kQRows = Layout::kQRows;
+  static constexpr int kQGroups = 64;  // the 512 latent columns
+  static constexpr uint32_t kQBoxBytes = Layout::kQLatentBoxBytes;
   __device__ __forceinline__ void begin_item(Rows& rows, const DecodeParams& p, const Item& it, fp8::QScales qs) const {
     rows.begin_item(p, it, qs);
   }

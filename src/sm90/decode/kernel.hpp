@@ -79,10 +79,11 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
                        cudaStream_t stream, bool after_quantiser);
 
 // fp8 cache with per-block scales (config_fp8_block.hpp): q_maps.latent the e4m3 Q of the
-// 512 latent columns (per-row scales p.q_scale), q_maps.rope the bf16 rope bytes (one 128-byte
-// box from byte p.q_pe_col); always after the Q quantiser.
+// 512 latent columns (per-row scales p.q_scale; unused with p.q_inline, the consumers
+// quantise them), q_maps.rope the bf16 rope bytes (one 128-byte box from byte p.q_pe_col).
+// `after_quantiser` as for launch_decode_fp8.
 void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
-                             cudaStream_t stream);
+                             cudaStream_t stream, bool after_quantiser);
 // Whether the per-block kernel for at most 16 rows runs (S^T, 16-row Q tile): its Q maps
 // then have boxes of 16 rows (config_fp8_block.hpp, SmemLayoutT).
 inline bool fp8_block_narrow(int rows, int cluster_size) { return rows <= 16 && cluster_size == 1; }

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(&q_maps.latent);
+    if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.latent);  // p.q_inline: the consumers quantise it
     cute::prefetch_tma_descriptor(&q_maps.rope);
     cute::prefetch_tma_descriptor(&kv_maps.data);
     cute::prefetch_tma_descriptor(&kv_maps.scales);
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
       }
-    } else if (threadIdx.x == 32) {  // Q loader
+    } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the rope part only)
       grid_dependency_wait();          // the quantised Q
       run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     } else if (warp == 2) {
@@ -68,23 +68,23 @@ static_assert(fp8_block::SmemLayoutT<true>::kQRows == kFp8BlockNarrowQRows,
 namespace {
 template <int kAcc>
 void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, bool after_quantiser) {
   constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel<kAcc>;
   constexpr uint32_t smem_bytes = fp8_block::SmemLayoutT<kAcc == 8>::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
-  // Always after the Q quantiser, as its programmatic dependent (kernel_fp8.cu says why).
+  // After the Q quantiser, its programmatic dependent (kernel_fp8.cu says why).
   launch_clustered(kernel, smem_bytes, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 per-block)",
-                   /*programmatic=*/true);
+                   /*programmatic=*/after_quantiser);
 }
 }  // namespace
 
 void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, bool after_quantiser) {
   require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
   // q_maps.latent / .rope have 16-row boxes for this kernel (fp8_block_narrow).
-  if (fp8_block_narrow(p.rows, p.cluster_size)) return launch_block<8>(q_maps, kv_maps, p, grid, stream);
-  launch_block<32>(q_maps, kv_maps, p, grid, stream);
+  if (fp8_block_narrow(p.rows, p.cluster_size)) return launch_block<8>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  launch_block<32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90

@@ -288,10 +288,22 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
     if constexpr (kCheckDcp) {
       if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
     }
-    if (p.q_inline) continue;  // the consumers quantise Q themselves (q_inline_fp8.cuh)
+    // With p.q_inline the consumers quantise Q themselves (q_inline_fp8.cuh); the per-block
+    // kernel's bf16 rope box still comes from here.
+    constexpr bool kRopeOnly = Smem::kScaleRowBytes > 0;
+    if (p.q_inline && !kRopeOnly) continue;
     Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
-    Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kQBoxBytes);
     const int q_row = it.batch * p.rows + it.row_begin;
+    if (kRopeOnly && p.q_inline) {
+      if constexpr (kRopeOnly) {
+        Mbarrier::arrive_and_expect_tx(q_full, Smem::kQLatentBoxBytes);
+        tma_load_q_box(&q_maps->rope, q_full, smem + Layout::q + fp8::kWideLatentBoxes * Smem::kQLatentBoxBytes,
+                       p.q_pe_col, q_row);
+      }
+      ++item_count;
+      continue;
+    }
+    Mbarrier::arrive_and_expect_tx(q_full, QkBoxes * kQBoxBytes);
     if constexpr (Smem::kWideLatent) {
       // Q as the stages: four 128-byte latent boxes (e4m3), the rope box (per-tensor: e4m3 at
       // column 512; per-block: the bf16 rope's bytes from q_pe_col).

@@ -1,13 +1,14 @@
-// Q of the per-tensor fp8 kernel quantised inside the decode, by its consumers at the
-// start of each item: the bf16 rows of the item's tile, per row to e4m3 with scale =
-// max |q| / 448 (a zero row: scale 1), written into the Q tile as the TMA would (four
-// 128-byte latent boxes, 128-byte swizzle; the rope box, 64-byte swizzle), the row scales
-// beside it in shared memory.
-// Why here and not in a kernel of its own (quantize_q.cu, which the per-block kernel still
-// uses): that kernel's launch sat between the call and the decode's start, 4-8 us of
-// every fp8 call (bench, H200: B128_Sq1 94 -> 90 us and kimi_lognormal 94 -> 86 us with
-// the caller's e4m3 Q, which needs no quantiser; bench/NOTES.md v27). Here it costs one
-// L2 round trip per item, while the first item's KV stages are in flight.
+// Q of the fp8 kernels quantised inside the decode, by their consumers at the start of
+// each item: the bf16 rows of the item's tile, per row to e4m3 with scale = max |q| / 448
+// (a zero row: scale 1), written into the Q tile as the TMA would (four 128-byte latent
+// boxes, 128-byte swizzle; the per-tensor kernel's rope box too, 64-byte swizzle; the
+// per-block kernel's bf16 rope box still comes by TMA), the row scales beside it in shared
+// memory.
+// Why here and not in a kernel of its own (quantize_q.cu, still used where this loses):
+// that kernel's launch sat between the call and the decode's start, 4-8 us of every fp8
+// call (bench, H200: B128_Sq1 94 -> 90 us and kimi_lognormal 94 -> 86 us with the caller's
+// e4m3 Q, which needs no quantiser; bench/NOTES.md v27). Here it costs one or two L2 round
+// trips per item, hidden behind the first item's KV stages, not behind later ones'.
 // The arithmetic is the quantiser's (same scale, same reciprocal, same saturating
 // conversion), so the e4m3 Q and every result are the same bytes as before.
 #pragma once
@@ -20,11 +21,12 @@
 namespace kbmla::sm90::fp8 {
 
 // Byte offset in the Q tile of the 8 e4m3 values of columns 8k..8k+7 of row t: latent
-// groups k < 64 in box k / 16 (128-byte rows, chunk (k % 16) / 2 XOR t % 8), rope groups
-// in the 64-byte-swizzled box after them.
+// groups k < 64 in box k / 16 (kBoxBytes apart, 128-byte rows, chunk (k % 16) / 2 XOR
+// t % 8), the per-tensor kernel's rope groups in the 64-byte-swizzled box after them.
+template <uint32_t kBoxBytes>
 __device__ __forceinline__ uint32_t q_tile_group_offset(int t, int k) {
   if (k < 64) {
-    return (k >> 4) * kLatentBoxBytes + t * kLatentBoxRowBytes + (((((k >> 1) & 7) ^ t) & 7) << 4) + (k & 1) * 8;
+    return (k >> 4) * kBoxBytes + t * kLatentBoxRowBytes + (((((k >> 1) & 7) ^ t) & 7) << 4) + (k & 1) * 8;
   }
   return kRopeBoxOffset + swizzled64(t, 8 * (k - 64));
 }
@@ -51,18 +53,19 @@ __device__ __forceinline__ float abs_max8(uint4 v) {
 
 // The consumers' (256 threads, warp gw = 4 wg + warp) quantisation of the item's Q tile:
 // kRows rows (64, or 16 for the narrow tiles whose S^T reads only those), kRows / 8 per
-// warp, the loads of up to four rows in flight at once (12 x 16 bytes per lane). Not
-// inlined: inlined, its registers made ptxas spill values of the block loop in the 2-CTA
-// cluster kernel (68-88 bytes, reloaded per block; 16 bytes at item starts this way). Rows past the request's rows are zeros
-// with scale 1 (their keys are all masked). The caller must have passed the previous
-// item's last barrier (every S of it done); this ends with the tile and the scales
-// visible to both consumers' wgmma and loads.
-template <int QkBoxes, int kRows>
+// warp, the loads of up to four rows in flight at once (12 x 16 bytes per lane); the
+// first kGroups 16-byte groups of each row (72: d_qk 576, 64: d_qk 512 or the per-block
+// kernel's latent part), latent boxes kBoxBytes apart. Inlined (a call read the
+// parameters by generic loads and made its shuffles collective sequences: v27); the
+// 2-CTA cluster kernels do not instantiate it (their consumers' registers are spoken for).
+// Rows past the request's rows are zeros with scale 1 (their keys are all masked). The
+// caller must have passed the previous item's last barrier (every S of it done); this
+// ends with the tile and the scales visible to both consumers' wgmma and loads.
+template <int kGroups, int kRows, uint32_t kBoxBytes>
 __device__ __forceinline__ void quantise_q_tile(const DecodeParams& p, const Item& it, uint8_t* q_tile,
                                                 float* q_scales, int gw, int lane) {
   constexpr int kRowsPerWarp = kRows / 8;
   constexpr int kBatch = kRowsPerWarp < 4 ? kRowsPerWarp : 4;  // rows whose loads are in flight together
-  constexpr int kGroups = QkBoxes * 8;             // 16-byte groups of bf16 per row: 72 or 64
   constexpr int kPerLane = (kGroups + 31) / 32;    // 3 or 2
   const int valid = p.rows - it.row_begin;         // rows of the tile with a query (may be <= 0)
   const __nv_bfloat16* q = static_cast<const __nv_bfloat16*>(p.q_bf16);
@@ -98,7 +101,7 @@ __device__ __forceinline__ void quantise_q_tile(const DecodeParams& p, const Ite
 #pragma unroll
       for (int j = 0; j < kPerLane; ++j) {
         const int k = lane + 32 * j;
-        if (k < kGroups) *reinterpret_cast<uint2*>(q_tile + q_tile_group_offset(t, k)) = e4m3x8(v[i][j], inv);
+        if (k < kGroups) *reinterpret_cast<uint2*>(q_tile + q_tile_group_offset<kBoxBytes>(t, k)) = e4m3x8(v[i][j], inv);
       }
       if (lane == 0) q_scales[t] = scale;
     }
