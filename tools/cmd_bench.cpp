@@ -115,6 +115,9 @@ struct Measurement {
   bool output_finite = false;
   double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
   double busy_max_us = 0, busy_mean_us = 0;
+  // --balance, plans with a combine: its first block's start and last block's end after
+  // the decode's last CTA ended (%globaltimer; the start is when its grid wait returned).
+  double combine_start_us = -1, combine_end_us = -1;
   std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
 };
 
@@ -203,7 +206,7 @@ int run_bench(const BenchOptions& o) {
   nlohmann::json results = nlohmann::json::array();
   fmt::print("{:<36} {:<18} {:>5} {:>10} {:>8} {:>8} {:>8} {:>7} {:>8} {:>10} {:>8}{}\n", "case", "policy", "split",
              "median_us", "plan_us", "host_us", "GB/s", "%copy", "TFLOP/s", "rotated%", "ref%",
-             o.balance ? "  busy max/mean (max us)" : "");
+             o.balance ? "  busy max/mean (max us)  combine us after the decode's last CTA" : "");
   int matched = 0;
   for (const BenchCase& bc : cases) {
     if (!o.case_filter.empty() && o.case_filter != "all" && bc.name.find(o.case_filter) == std::string::npos) continue;
@@ -361,9 +364,28 @@ int run_bench(const BenchOptions& o) {
         cuda_check(cudaMemset(tl.ptr, 0, size_t(ctas) * 32), "memset");
         DecodeArgs b = a;
         b.timeline = static_cast<unsigned long long*>(tl.ptr);
+        const int combine_blocks = combine_timeline_blocks(plan);
+        DeviceBuffer ctl(size_t(std::max(combine_blocks, 1)) * 16);
+        cuda_check(cudaMemset(ctl.ptr, 0, size_t(std::max(combine_blocks, 1)) * 16), "memset");
+        if (combine_blocks > 0) b.combine_timeline = static_cast<unsigned long long*>(ctl.ptr);
         detail::decode_with_mode(plan, kv[0], b, mode);
         std::vector<unsigned long long> rec(size_t(ctas) * 4);
         cuda_check(cudaMemcpy(rec.data(), tl.ptr, rec.size() * 8, cudaMemcpyDeviceToHost), "copy");
+        if (combine_blocks > 0) {
+          std::vector<unsigned long long> crec(size_t(combine_blocks) * 2);
+          cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
+          unsigned long long decode_end = 0, c_start = ~0ull, c_end = 0;
+          for (int c = 0; c < ctas; ++c) decode_end = std::max(decode_end, rec[4 * c + 1]);
+          for (int k = 0; k < combine_blocks; ++k) {
+            if (crec[2 * k] == 0) continue;
+            c_start = std::min(c_start, crec[2 * k]);
+            c_end = std::max(c_end, crec[2 * k + 1]);
+          }
+          if (c_end > 0 && decode_end > 0) {
+            m.combine_start_us = (double(c_start) - double(decode_end)) / 1e3;
+            m.combine_end_us = (double(c_end) - double(decode_end)) / 1e3;
+          }
+        }
         double sum = 0, mx = 0;
         int n = 0;
         unsigned long long first = ~0ull;
@@ -466,6 +488,9 @@ int run_bench(const BenchOptions& o) {
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
+                     (best.combine_end_us >= 0
+                          ? fmt::format("  combine +{:.1f}..+{:.1f}", best.combine_start_us, best.combine_end_us)
+                          : std::string()) +
                      (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
                           {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
@@ -477,6 +502,10 @@ int run_bench(const BenchOptions& o) {
         r["rotated_copies"] = copies;
       }
       if (bc.reference_pct_of_copy) r["reference_pct_of_copy"] = *bc.reference_pct_of_copy;
+      if (best.combine_end_us >= 0) {
+        r["combine_start_after_decode_us"] = best.combine_start_us;
+        r["combine_end_after_decode_us"] = best.combine_end_us;
+      }
       if (best.busy_max_over_mean > 0) {
         r["busy_max_over_mean"] = best.busy_max_over_mean;
         r["busy_max_us"] = best.busy_max_us;

@@ -211,10 +211,17 @@ struct DecodeArgs {
   // {start ns, end ns, SM id, items} (4 x uint64, %globaltimer) at timeline[4 * cta].
   // Needs 4 x 8 bytes x timeline_ctas(plan); costs two timer reads per CTA.
   unsigned long long* timeline = nullptr;
+  // Likewise for the combine: each of its blocks writes {ns when its wait for the decode
+  // returned, ns when it finished} at combine_timeline[2 * block]; 2 x 8 bytes x
+  // combine_timeline_blocks(plan).
+  unsigned long long* combine_timeline = nullptr;
 };
 
 // CTAs the decode of this plan launches (the size of DecodeArgs::timeline / 32 bytes).
 int timeline_ctas(const DevicePlan& plan);
+// Blocks the combine of this plan launches (DecodeArgs::combine_timeline / 16 bytes; 0:
+// no combine).
+int combine_timeline_blocks(const DevicePlan& plan);
 
 void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args);
 

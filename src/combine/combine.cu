@@ -20,10 +20,6 @@ constexpr int kQuarters = kDv / kQuarterCols;
 // 16 warps: half the blocks per SM and a 16-warp reduction for 2 to 3 loads per warp).
 constexpr int64_t kDevicePlanCombineWarps = 8448;  // 64 per SM of an H100/H200
 
-__device__ __forceinline__ bool row_sees_a_key(const CombineParams& p, int b, int seqlen, int row) {
-  return seqlen > 0 && p.vis.visible(b, seqlen, row) > 0;
-}
-
 // Writes columns [quarter * 128, +128) of an empty row (O = 0), and its LSE = -inf from
 // quarter 0.
 __device__ __forceinline__ void write_empty_quarter(const CombineParams& p, int b, int row, int quarter, int lane) {
@@ -116,18 +112,28 @@ struct SplitWalk {
   }
 };
 
+// What a merge task needs of the plan: the request, its split count and first partial
+// slot. Plan data only (none of the decode's outputs), so a block loads its first task's
+// before waiting for the decode: after the wait only the partials' round trip is left
+// (it was four dependent round trips: ~4.3 us of B1's combine, bench --balance, v27).
+struct SplitRequest {
+  int b, ns;
+  int64_t slot0;
+};
+__device__ __forceinline__ SplitRequest split_request(const CombineParams& p, int index) {
+  const int b = p.split_requests[index];
+  return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
+}
+
 // A narrow request (<= kCombineNarrowSplits splits): one warp merges one (row, column quarter); the lanes
-// hold one split's LSE each, so the weights need warp shuffles only.
-__device__ __forceinline__ void combine_narrow(const CombineParams& p, int num_wide, int task, int lane) {
+// hold one split's LSE each, so the weights need warp shuffles only. A row that sees no key
+// in any split has only -inf partial LSEs (the decode writes them), so it needs no test of
+// its own: it is written empty below.
+__device__ __forceinline__ void combine_narrow(const CombineParams& p, const SplitRequest& r, int task, int lane) {
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
-  const int b = p.split_requests[num_wide + task / (kQuarters * p.rows)];
-  if (!row_sees_a_key(p, b, p.seqlens[b], row)) {
-    write_empty_quarter(p, b, row, quarter, lane);
-    return;
-  }
-  const int ns = p.splits.num_splits[b];
-  const int64_t slot0 = p.splits.first_slot[b];
+  const int b = r.b, ns = r.ns;
+  const int64_t slot0 = r.slot0;
   SplitWalk walk{p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
                  int64_t{p.rows} * kDv, 0, 1, ns};
   walk.prefetch();
@@ -162,17 +168,13 @@ struct CombineShared {
 // up to kWarps x kPrefetch float4 loads per lane are in flight even for one long request;
 // a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
 template <int kWarps>
-__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, int task) {
+__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, const SplitRequest& r,
+                                             int task) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
-  const int b = p.split_requests[task / (kQuarters * p.rows)];
-  if (!row_sees_a_key(p, b, p.seqlens[b], row)) {
-    if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
-    return;
-  }
-  const int ns = p.splits.num_splits[b];
-  const int64_t slot0 = p.splits.first_slot[b];
+  const int b = r.b, ns = r.ns;
+  const int64_t slot0 = r.slot0;
   SplitWalk walk{p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
                  int64_t{p.rows} * kDv, warp, kWarps, ns};
   walk.prefetch();
@@ -206,10 +208,9 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 template <int kWarps>
 __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ CombineShared<kWarps> sh;
-  // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
-  // writes) here, so that this kernel's launch overlaps the decode's tail.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // The counts and the plan are written before the decode runs (the host, or the device
+  // planner ahead of it in the stream): read before the wait.
   const int num_split = p.header ? p.header->num_split_requests : p.num_split_requests;
   const int num_wide = p.header ? p.header->num_wide_requests : p.num_wide_requests;
   const int num_zero = p.header ? p.header->num_zero_fill : p.num_zero_fill;
@@ -217,13 +218,27 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_ker
   const int narrow_tasks = (num_split - num_wide) * p.rows * kQuarters;
   const int narrow_end = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps;
   const int total = narrow_end + num_zero;
+  // The request of this block's (or warp's) task in the task set `blk` falls in.
+  auto request_of = [&](int blk) {
+    if (blk < wide_blocks) return split_request(p, blk / (kQuarters * p.rows));
+    const int task = (blk - wide_blocks) * kWarps + warp;
+    if (blk < narrow_end && task < narrow_tasks) return split_request(p, num_wide + task / (kQuarters * p.rows));
+    return SplitRequest{0, 0, 0};
+  };
+  SplitRequest first = blockIdx.x < unsigned(total) ? request_of(int(blockIdx.x)) : SplitRequest{0, 0, 0};
+  // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
+  // writes) here, so that this kernel's launch overlaps the decode's tail.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  unsigned long long started = 0;
+  if (p.timeline != nullptr && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(started));
   for (int blk = blockIdx.x; blk < total; blk += gridDim.x) {
+    const SplitRequest r = blk == int(blockIdx.x) ? first : request_of(blk);
     if (blk < wide_blocks) {
-      combine_wide(p, sh, blk);
+      combine_wide(p, sh, r, blk);
       __syncthreads();  // the shared buffers are reused by the next wide task
     } else if (blk < narrow_end) {
       const int task = (blk - wide_blocks) * kWarps + warp;
-      if (task < narrow_tasks) combine_narrow(p, num_wide, task, lane);
+      if (task < narrow_tasks) combine_narrow(p, r, task, lane);
     } else {
       const int entry = p.zero_fill[blk - narrow_end];
       const int tile_batch = work_entry_tile_batch(entry);
@@ -234,17 +249,32 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_ker
       }
     }
   }
+  if (p.timeline != nullptr) {  // block-uniform
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned long long ended;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ended));
+      p.timeline[2 * blockIdx.x] = started;
+      p.timeline[2 * blockIdx.x + 1] = ended;
+    }
+  }
+}
+
+template <int kWarps>
+int64_t blocks_with(const CombineParams& p) {
+  const int64_t wide_blocks = int64_t{p.num_wide_requests} * p.rows * kQuarters;
+  const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows * kQuarters;
+  int64_t blocks = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps + p.num_zero_fill;
+  // Device-made plans pass capacities: launch a bounded grid that strides over the actual
+  // work instead of one block per possible task (most would exit at once).
+  if (p.header != nullptr && blocks > 0) blocks = std::min<int64_t>(blocks, kDevicePlanCombineWarps / kWarps);
+  return blocks;
 }
 
 template <int kWarps>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
-  const int64_t wide_blocks = int64_t{p.num_wide_requests} * p.rows * kQuarters;
-  const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows * kQuarters;
-  int64_t blocks = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps + p.num_zero_fill;
+  const int64_t blocks = blocks_with<kWarps>(p);
   if (blocks == 0) return;
-  // Device-made plans pass capacities: launch a bounded grid that strides over the actual
-  // work instead of one block per possible task (most would exit at once).
-  if (p.header != nullptr) blocks = std::min<int64_t>(blocks, kDevicePlanCombineWarps / kWarps);
   require(blocks < (int64_t{1} << 31), "combine: ", blocks, " blocks exceed the grid limit");
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(blocks));
@@ -261,9 +291,15 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
 
 }  // namespace
 
+// 16 warps only when a wide request's splits exceed one round of 8 warps' prefetch.
+static bool wide_blocks_of_16_warps(const CombineParams& p) { return p.max_wide_splits > 8 * kPrefetch; }
+
+int64_t combine_blocks(const CombineParams& p) {
+  return wide_blocks_of_16_warps(p) ? blocks_with<16>(p) : blocks_with<8>(p);
+}
+
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  // 16 warps only when a wide request's splits exceed one round of 8 warps' prefetch.
-  if (p.max_wide_splits > 8 * kPrefetch) return launch_combine_with<16>(p, stream);
+  if (wide_blocks_of_16_warps(p)) return launch_combine_with<16>(p, stream);
   launch_combine_with<8>(p, stream);
 }
 

@@ -14,8 +14,6 @@ namespace kbmla {
 
 struct CombineParams {
   int batch, q_len, heads, rows, tile_rows;
-  KeyVisibility vis;
-  const int32_t* seqlens;
   SplitTableView splits;
   // Requests with num_splits > 1: the first num_wide_requests have more than
   // kCombineNarrowSplits splits (a block per row and column quarter, warps striding over
@@ -34,7 +32,13 @@ struct CombineParams {
   const float* partial_o;         // [slots, rows, 512], O / l per split
   const float* partial_lse;       // [slots, rows], log2
   OutputView output;              // bf16 out, LSE in the caller's base, strided rows
+  // Optional instrumentation: block b writes {ns when its grid dependency wait returned,
+  // ns when it finished} (%globaltimer) at timeline[2 * b]; combine_blocks(p) entries.
+  unsigned long long* timeline;
 };
+
+// The blocks launch_combine launches for p (0: it launches nothing).
+int64_t combine_blocks(const CombineParams& p);
 
 // Launches nothing when there is nothing to merge or fill.
 void launch_combine(const CombineParams& p, cudaStream_t stream);

@@ -406,6 +406,37 @@ void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
   detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
 }
 
+namespace {
+// What the combine takes from the plan (the per-call pointers are the caller's to add).
+CombineParams combine_plan_params(const DevicePlan::Impl& P) {
+  const HostPlan& h = P.host;
+  CombineParams cp{};
+  cp.batch = h.shape.batch;
+  cp.q_len = P.config.q_len;
+  cp.heads = P.config.heads;
+  cp.rows = P.config.heads * P.config.q_len;
+  cp.tile_rows = h.shape.tile_rows;
+  cp.splits = P.splits;
+  cp.split_requests = P.split_requests_dev;
+  cp.num_split_requests = int(P.split_requests.size());
+  cp.num_wide_requests = P.num_wide_requests;
+  cp.max_wide_splits = P.max_wide_splits;
+  cp.zero_fill = P.zero_fill;
+  cp.num_zero_fill = int(h.zero_fill.size());
+  cp.header = nullptr;
+  if (P.device_planned) {  // capacities size the grid; the header has the counts
+    cp.num_wide_requests = int(P.capacity.split_requests);
+    cp.num_split_requests = 2 * int(P.capacity.split_requests);
+    cp.num_zero_fill = int(P.capacity.zero_fill);
+    cp.max_wide_splits = kMaxSplitsPerRequest;
+    cp.header = P.header;
+  }
+  return cp;
+}
+}  // namespace
+
+int combine_timeline_blocks(const DevicePlan& plan) { return int(combine_blocks(combine_plan_params(plan.impl()))); }
+
 int timeline_ctas(const DevicePlan& plan) {
   const DevicePlan::Impl& P = plan.impl();
   const HostPlan& h = P.host;
@@ -602,29 +633,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   }
   if (mode != sm90::KernelMode::kFull || !with_combine) return;
 
-  CombineParams cp{};
-  cp.batch = B;
-  cp.q_len = c.q_len;
-  cp.heads = c.heads;
-  cp.rows = p.rows;
-  cp.tile_rows = p.tile_rows;
-  cp.vis = vis;
-  cp.seqlens = a.seqlens;
-  cp.splits = P.splits;
-  cp.split_requests = P.split_requests_dev;
-  cp.num_split_requests = int(P.split_requests.size());
-  cp.num_wide_requests = P.num_wide_requests;
-  cp.max_wide_splits = P.max_wide_splits;
-  cp.zero_fill = P.zero_fill;
-  cp.num_zero_fill = int(h.zero_fill.size());
-  cp.header = nullptr;
-  if (P.device_planned) {  // capacities size the grid; the header has the counts
-    cp.num_wide_requests = int(P.capacity.split_requests);
-    cp.num_split_requests = 2 * int(P.capacity.split_requests);
-    cp.num_zero_fill = int(P.capacity.zero_fill);
-    cp.max_wide_splits = kMaxSplitsPerRequest;
-    cp.header = P.header;
-  }
+  CombineParams cp = combine_plan_params(P);
+  cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
   cp.partial_lse = p.partial_lse;
   cp.output = output;
