@@ -125,25 +125,41 @@ __device__ __forceinline__ SplitRequest split_request(const CombineParams& p, in
   return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
 }
 
-// A narrow request (<= kCombineNarrowSplits splits): one warp merges one (row, column quarter); the lanes
-// hold one split's LSE each, so the weights need warp shuffles only. A row that sees no key
-// in any split has only -inf partial LSEs (the decode writes them), so it needs no test of
-// its own: it is written empty below.
+// A narrow request (<= kCombineNarrowSplits splits): one warp merges one row, all four
+// column quarters (lane l: columns 128 q + 4 l); the lanes hold one split's LSE each, so
+// the weights need warp shuffles only. Its partial O loads go out kNarrowBatch splits x 4
+// quarters at a time (4 KB per warp in flight), the first batch with the LSE load. A warp
+// per (row, quarter) held a quarter of that: the 64-row split cases' merges were bound by
+// bytes in flight (lognormal_H16_Sq4: 32 MB of partials in ~17 us, bench --balance, v27).
+// A row that sees no key in any split has only -inf partial LSEs (the decode writes them),
+// so it needs no test of its own: it is written empty below.
+constexpr int kNarrowBatch = 2;
 __device__ __forceinline__ void combine_narrow(const CombineParams& p, const SplitRequest& r, int task, int lane) {
-  const int quarter = task % kQuarters;
-  const int row = (task / kQuarters) % p.rows;
+  const int row = task % p.rows;
   const int b = r.b, ns = r.ns;
   const int64_t slot0 = r.slot0;
-  SplitWalk walk{p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
-                 int64_t{p.rows} * kDv, 0, 1, ns};
-  walk.prefetch();
+  const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + lane * 4;
+  const int64_t stride = int64_t{p.rows} * kDv;
+  auto load_batch = [&](int s0, float4 (&v)[kNarrowBatch][kQuarters]) {
+#pragma unroll
+    for (int j = 0; j < kNarrowBatch; ++j) {
+#pragma unroll
+      for (int q = 0; q < kQuarters; ++q) {
+        v[j][q] = s0 + j < ns ? __ldg(reinterpret_cast<const float4*>(base + (s0 + j) * stride + q * kQuarterCols))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+  };
+  float4 v[kNarrowBatch][kQuarters];
+  load_batch(0, v);
   const float neg_inf = -__int_as_float(0x7f800000);
   const float lse_s = lane < ns ? p.partial_lse[(slot0 + lane) * p.rows + row] : neg_inf;
   float max_lse = lse_s;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
   if (max_lse == neg_inf) {
-    write_empty_quarter(p, b, row, quarter, lane);
+#pragma unroll
+    for (int q = 0; q < kQuarters; ++q) write_empty_quarter(p, b, row, q, lane);
     return;
   }
   const float e = lse_s == neg_inf ? 0.f : exp2f(lse_s - max_lse);
@@ -151,10 +167,29 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, const Spl
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffff, sum, off);
   const float w_lane = e / sum;
-  // ns is warp-uniform, so every lane takes part in each shuffle.
-  const float4 acc = walk.weighted_sum([&](int s) { return __shfl_sync(0xffffffff, w_lane, s & 31); });
-  store_quarter(p, b, row, quarter, lane, acc);
-  if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
+  float4 acc[kQuarters];
+#pragma unroll
+  for (int q = 0; q < kQuarters; ++q) acc[q] = make_float4(0.f, 0.f, 0.f, 0.f);
+  // ns is warp-uniform, so every lane takes part in each shuffle. -inf partials weigh
+  // exactly 0 and are skipped: their O may be 0/0.
+  for (int s0 = 0;;) {
+#pragma unroll
+    for (int j = 0; j < kNarrowBatch; ++j) {
+      const float w = __shfl_sync(0xffffffff, w_lane, (s0 + j) & 31);
+      if (s0 + j < ns && w != 0.f) {
+#pragma unroll
+        for (int q = 0; q < kQuarters; ++q) fma4(acc[q], w, v[j][q]);
+      }
+    }
+    s0 += kNarrowBatch;
+    if (s0 >= ns) break;
+    load_batch(s0, v);
+  }
+#pragma unroll
+  for (int q = 0; q < kQuarters; ++q) store_quarter(p, b, row, q, lane, acc[q]);
+  if (lane == 0) {
+    p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
+  }
 }
 
 template <int kWarps>
@@ -201,7 +236,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 }
 
 // Work of the combine, as blocks: [0, W) wide (request, row, quarter) tasks, [W, W + N)
-// eight narrow tasks each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
+// kWarps narrow tasks (rows) each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
 // Two blocks of 512 threads per SM (64 registers) or three of 256.
@@ -215,14 +250,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_ker
   const int num_wide = p.header ? p.header->num_wide_requests : p.num_wide_requests;
   const int num_zero = p.header ? p.header->num_zero_fill : p.num_zero_fill;
   const int wide_blocks = num_wide * p.rows * kQuarters;
-  const int narrow_tasks = (num_split - num_wide) * p.rows * kQuarters;
+  const int narrow_tasks = (num_split - num_wide) * p.rows;  // a warp per row
   const int narrow_end = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps;
   const int total = narrow_end + num_zero;
   // The request of this block's (or warp's) task in the task set `blk` falls in.
   auto request_of = [&](int blk) {
     if (blk < wide_blocks) return split_request(p, blk / (kQuarters * p.rows));
     const int task = (blk - wide_blocks) * kWarps + warp;
-    if (blk < narrow_end && task < narrow_tasks) return split_request(p, num_wide + task / (kQuarters * p.rows));
+    if (blk < narrow_end && task < narrow_tasks) return split_request(p, num_wide + task / p.rows);
     return SplitRequest{0, 0, 0};
   };
   SplitRequest first = blockIdx.x < unsigned(total) ? request_of(int(blockIdx.x)) : SplitRequest{0, 0, 0};
@@ -263,7 +298,7 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_ker
 template <int kWarps>
 int64_t blocks_with(const CombineParams& p) {
   const int64_t wide_blocks = int64_t{p.num_wide_requests} * p.rows * kQuarters;
-  const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows * kQuarters;
+  const int64_t narrow_tasks = int64_t{p.num_split_requests - p.num_wide_requests} * p.rows;
   int64_t blocks = wide_blocks + (narrow_tasks + kWarps - 1) / kWarps + p.num_zero_fill;
   // Device-made plans pass capacities: launch a bounded grid that strides over the actual
   // work instead of one block per possible task (most would exit at once).
