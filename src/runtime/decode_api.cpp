@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <cstring>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "src/combine/combine.hpp"
 #include "src/plan/device_planner.hpp"
 #include "src/runtime/decode_internal.hpp"
+#include "src/runtime/plan_impl.hpp"
 #include "src/runtime/tensor_maps.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
@@ -74,29 +74,6 @@ void validate_config(const DecodeConfig& c) {
           int(c.dcp_layout), " is not one of kContiguous, kInterleaved");
 }
 
-struct DevicePlan::Impl {
-  DecodeConfig config;
-  PlanOptions options;
-  HostPlan host;
-  std::vector<int32_t> split_requests;  // wide (> kCombineNarrowSplits splits) first, then narrow
-  int num_wide_requests = 0;
-  int max_wide_splits = 0;    // the most splits of a wide request (the combine's block size)
-  int32_t* device = nullptr;  // one allocation holding every array below
-  const int32_t* work_list = nullptr;
-  SplitTableView splits{};
-  const int32_t* zero_fill = nullptr;
-  const int32_t* split_requests_dev = nullptr;
-  // Device-made plans.
-  bool device_planned = false;
-  PlanCapacity capacity{};
-  DevicePlanHeader* header = nullptr;
-  DevicePlanBuffers buffers{};
-  mutable detail::QMapCache q_maps;  // the last Q maps (see q_maps_for, fp8_q_maps_for)
-  ~Impl() {
-    if (device != nullptr) cudaFree(device);
-  }
-};
-
 DevicePlan::DevicePlan(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DevicePlan::DevicePlan(DevicePlan&&) noexcept = default;
 DevicePlan& DevicePlan::operator=(DevicePlan&&) noexcept = default;
@@ -114,47 +91,6 @@ Fp8QArea fp8_q_area(const HostPlan& h, const DecodeConfig& c) {
   a.scale_offset = a.q8_offset + align_up(rows * size_t(c.d_qk), kWorkspaceAlign);
   a.end = a.scale_offset + align_up(rows * sizeof(float), kWorkspaceAlign);
   return a;
-}
-
-// Work items of the busiest CTA (2-CTA cluster) of the plan; device-made plans: unknown
-// on the host (INT_MAX).
-int max_items_per_cta(const DevicePlan::Impl& P) {
-  const HostPlan& h = P.host;
-  switch (P.options.policy) {
-    case Policy::kWorkList:
-      return P.device_planned ? std::numeric_limits<int>::max() : h.counts.max_items_per_cluster;
-    case Policy::kStatic:
-      return 1;
-    case Policy::kStaticPersistent: {
-      const StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
-                                        P.options.static_splits);
-      const int64_t clusters = StaticTileScheduler::grid_shape(s, h.shape.num_ctas / h.shape.cluster_size).x /
-                               h.shape.cluster_size;
-      const int64_t items = int64_t{h.shape.batch} * h.counts.num_q_tiles * P.options.static_splits;
-      return int(std::min<int64_t>((items + clusters - 1) / std::max<int64_t>(clusters, 1), 1 << 30));
-    }
-  }
-  return std::numeric_limits<int>::max();
-}
-
-// Whether an fp8 kernel quantises a bf16 Q itself (q_inline_fp8.cuh) instead of after the
-// quantiser kernel. Measured on the per-tensor kernel (H200, bench/NOTES.md v27): in the kernel, the
-// quantiser's launch (4-8 us of the call) is saved, and each item start waits for its
-// quantisation, where the quantiser's Q comes ahead by TMA. Tiles of at most 16 rows (one
-// round trip of two rows per warp) win either way (lognormal_H16_Sq1 189 -> 185 us), and
-// so does any tile with one item per CTA (B1 42 -> 36, B128_Sq1 94.5 -> 90); 64-row tiles
-// with several items per CTA lose (lognormal_H16_Sq4 246 -> 275, kimi 97 -> 106) and keep
-// the quantiser, as do 2-CTA clusters (the cluster kernel has no registers to spare).
-// KBMLA_Q_INLINE=always / never overrides the choice (tests, tuning; README).
-bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
-  if (P.host.shape.cluster_size != 1) return false;
-  if (const char* e = std::getenv("KBMLA_Q_INLINE")) {
-    const std::string v(e);
-    if (v == "always") return true;
-    if (v == "never") return false;
-    require(v == "auto", "KBMLA_Q_INLINE='", v, "' must be auto, always or never");
-  }
-  return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
 }
 
 }  // namespace
@@ -406,55 +342,6 @@ void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
   detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
 }
 
-namespace {
-// What the combine takes from the plan (the per-call pointers are the caller's to add).
-CombineParams combine_plan_params(const DevicePlan::Impl& P) {
-  const HostPlan& h = P.host;
-  CombineParams cp{};
-  cp.batch = h.shape.batch;
-  cp.q_len = P.config.q_len;
-  cp.heads = P.config.heads;
-  cp.rows = P.config.heads * P.config.q_len;
-  cp.tile_rows = h.shape.tile_rows;
-  cp.splits = P.splits;
-  cp.split_requests = P.split_requests_dev;
-  cp.num_split_requests = int(P.split_requests.size());
-  cp.num_wide_requests = P.num_wide_requests;
-  cp.max_wide_splits = P.max_wide_splits;
-  cp.zero_fill = P.zero_fill;
-  cp.num_zero_fill = int(h.zero_fill.size());
-  cp.header = nullptr;
-  if (P.device_planned) {  // capacities size the grid; the header has the counts
-    cp.num_wide_requests = int(P.capacity.split_requests);
-    cp.num_split_requests = 2 * int(P.capacity.split_requests);
-    cp.num_zero_fill = int(P.capacity.zero_fill);
-    cp.max_wide_splits = kMaxSplitsPerRequest;
-    cp.header = P.header;
-  }
-  return cp;
-}
-}  // namespace
-
-int combine_timeline_blocks(const DevicePlan& plan) { return int(combine_blocks(combine_plan_params(plan.impl()))); }
-
-int timeline_ctas(const DevicePlan& plan) {
-  const DevicePlan::Impl& P = plan.impl();
-  const HostPlan& h = P.host;
-  const int clusters = h.shape.num_ctas / h.shape.cluster_size;
-  switch (P.options.policy) {
-    case Policy::kWorkList:
-      return h.counts.num_active_clusters * h.shape.cluster_size;
-    case Policy::kStatic:
-      return h.shape.cluster_size * h.shape.batch * h.counts.num_q_tiles * P.options.static_splits;
-    case Policy::kStaticPersistent: {
-      StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
-                                  P.options.static_splits);
-      return StaticTileScheduler::grid_shape(s, clusters).x;
-    }
-  }
-  return 0;
-}
-
 void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
                               sm90::KernelMode mode, bool with_combine) {
   const DevicePlan::Impl& P = plan.impl();
@@ -512,7 +399,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     // (bf16, by TMA).
     const detail::QSource q = detail::check_q(c, B, a);
     const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
-    if (narrow && fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) q_source = q;
+    if (narrow && detail::fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) q_source = q;
     const Fp8QArea area = fp8_q_area(h, c);
     uint8_t* q8 = ws_base + area.q8_offset;
     float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
@@ -521,7 +408,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
                                  q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
-  } else if (fp8 && fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) {
+  } else if (fp8 && detail::fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) {
     // A bf16 Q that the decode's consumers quantise per row themselves (q_inline_fp8.cuh):
     // no Q maps, no quantiser kernel.
     q_source = detail::check_q(c, B, a);
@@ -633,7 +520,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   }
   if (mode != sm90::KernelMode::kFull || !with_combine) return;
 
-  CombineParams cp = combine_plan_params(P);
+  CombineParams cp = detail::combine_plan_params(P);
   cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
   cp.partial_lse = p.partial_lse;

@@ -1,0 +1,104 @@
+// Choices the decode call makes from its plan: the fp8 kernels' Q path, the combine's
+// launch shape, the instrumentation buffers' sizes.
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "kbmla/error.hpp"
+#include "kbmla/schedulers.hpp"
+#include "src/runtime/plan_impl.hpp"
+#include "src/sm90/decode/kernel.hpp"
+
+namespace kbmla {
+
+namespace detail {
+
+int max_items_per_cta(const DevicePlan::Impl& P) {
+  const HostPlan& h = P.host;
+  switch (P.options.policy) {
+    case Policy::kWorkList:
+      return P.device_planned ? std::numeric_limits<int>::max() : h.counts.max_items_per_cluster;
+    case Policy::kStatic:
+      return 1;
+    case Policy::kStaticPersistent: {
+      const StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
+                                        P.options.static_splits);
+      const int64_t clusters = StaticTileScheduler::grid_shape(s, h.shape.num_ctas / h.shape.cluster_size).x /
+                               h.shape.cluster_size;
+      const int64_t items = int64_t{h.shape.batch} * h.counts.num_q_tiles * P.options.static_splits;
+      return int(std::min<int64_t>((items + clusters - 1) / std::max<int64_t>(clusters, 1), 1 << 30));
+    }
+  }
+  return std::numeric_limits<int>::max();
+}
+
+// Measured on the per-tensor kernel (H200, bench/NOTES.md v27): in the kernel, the
+// quantiser's launch (4-8 us of the call) is saved, and each item start waits for its
+// quantisation, where the quantiser's Q comes ahead by TMA. Tiles of at most 16 rows (one
+// round trip of two rows per warp) win either way (lognormal_H16_Sq1 189 -> 185 us), and
+// so does any tile with one item per CTA (B1 42 -> 36, B128_Sq1 94.5 -> 90); 64-row tiles
+// with several items per CTA lose (lognormal_H16_Sq4 246 -> 275, kimi 97 -> 106) and keep
+// the quantiser, as do 2-CTA clusters (the cluster kernel has no registers to spare).
+// KBMLA_Q_INLINE=always / never overrides the choice (tests, tuning; README).
+bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
+  if (P.host.shape.cluster_size != 1) return false;
+  if (const char* e = std::getenv("KBMLA_Q_INLINE")) {
+    const std::string v(e);
+    if (v == "always") return true;
+    if (v == "never") return false;
+    require(v == "auto", "KBMLA_Q_INLINE='", v, "' must be auto, always or never");
+  }
+  return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
+}
+
+CombineParams combine_plan_params(const DevicePlan::Impl& P) {
+  const HostPlan& h = P.host;
+  CombineParams cp{};
+  cp.batch = h.shape.batch;
+  cp.q_len = P.config.q_len;
+  cp.heads = P.config.heads;
+  cp.rows = P.config.heads * P.config.q_len;
+  cp.tile_rows = h.shape.tile_rows;
+  cp.splits = P.splits;
+  cp.split_requests = P.split_requests_dev;
+  cp.num_split_requests = int(P.split_requests.size());
+  cp.num_wide_requests = P.num_wide_requests;
+  cp.max_wide_splits = P.max_wide_splits;
+  cp.zero_fill = P.zero_fill;
+  cp.num_zero_fill = int(h.zero_fill.size());
+  cp.header = nullptr;
+  if (P.device_planned) {  // capacities size the grid; the header has the counts
+    cp.num_wide_requests = int(P.capacity.split_requests);
+    cp.num_split_requests = 2 * int(P.capacity.split_requests);
+    cp.num_zero_fill = int(P.capacity.zero_fill);
+    cp.max_wide_splits = kMaxSplitsPerRequest;
+    cp.header = P.header;
+  }
+  return cp;
+}
+
+}  // namespace detail
+
+int combine_timeline_blocks(const DevicePlan& plan) {
+  return int(combine_blocks(detail::combine_plan_params(plan.impl())));
+}
+
+int timeline_ctas(const DevicePlan& plan) {
+  const DevicePlan::Impl& P = plan.impl();
+  const HostPlan& h = P.host;
+  const int clusters = h.shape.num_ctas / h.shape.cluster_size;
+  switch (P.options.policy) {
+    case Policy::kWorkList:
+      return h.counts.num_active_clusters * h.shape.cluster_size;
+    case Policy::kStatic:
+      return h.shape.cluster_size * h.shape.batch * h.counts.num_q_tiles * P.options.static_splits;
+    case Policy::kStaticPersistent: {
+      StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
+                                  P.options.static_splits);
+      return StaticTileScheduler::grid_shape(s, clusters).x;
+    }
+  }
+  return 0;
+}
+
+}  // namespace kbmla

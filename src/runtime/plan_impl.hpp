@@ -1,0 +1,54 @@
+// The state behind a DevicePlan (decode_api.cpp builds it) and the per-plan choices the
+// decode call makes from it (launch_choices.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kbmla/decode.hpp"
+#include "src/combine/combine.hpp"
+#include "src/plan/device_planner.hpp"
+#include "src/runtime/tensor_maps.hpp"
+
+namespace kbmla {
+
+struct DevicePlan::Impl {
+  DecodeConfig config;
+  PlanOptions options;
+  HostPlan host;
+  std::vector<int32_t> split_requests;  // wide (> kCombineNarrowSplits splits) first, then narrow
+  int num_wide_requests = 0;
+  int max_wide_splits = 0;    // the most splits of a wide request (the combine's block size)
+  int32_t* device = nullptr;  // one allocation holding every array below
+  const int32_t* work_list = nullptr;
+  SplitTableView splits{};
+  const int32_t* zero_fill = nullptr;
+  const int32_t* split_requests_dev = nullptr;
+  // Device-made plans.
+  bool device_planned = false;
+  PlanCapacity capacity{};
+  DevicePlanHeader* header = nullptr;
+  DevicePlanBuffers buffers{};
+  mutable detail::QMapCache q_maps;  // the last Q maps (see q_maps_for, fp8_q_maps_for)
+  ~Impl() {
+    if (device != nullptr) cudaFree(device);
+  }
+};
+
+namespace detail {
+
+// Work items of the busiest CTA (2-CTA cluster) of the plan; device-made plans: unknown on
+// the host (INT_MAX).
+int max_items_per_cta(const DevicePlan::Impl& P);
+
+// Whether an fp8 kernel quantises a bf16 Q itself (q_inline_fp8.cuh) for a tile of `rows`
+// query rows, instead of after the quantiser kernel (launch_choices.cpp says when and why).
+bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows);
+
+// What the combine takes from the plan (the per-call pointers are the caller's to add).
+CombineParams combine_plan_params(const DevicePlan::Impl& P);
+
+}  // namespace detail
+}  // namespace kbmla
