@@ -83,6 +83,19 @@ TEST(GpuSharedWorkspace, FewCtasEachHoldingManySplitItems) {
   expect_accurate(clusters, run_gpu_case(clusters));
 }
 
+// Requests split 17..36 and 37..72 ways (the combine's 8-warp wide merges; the 16-warp
+// ones: GpuLarge), 16 and 64 rows, against the reference.
+TEST(GpuSharedWorkspace, WideMergesOfEveryBlockShape) {
+  KBMLA_REQUIRE_SM90();
+  for (int ctas : {40, 100}) {
+    for (int q_len : {1, 4}) {
+      GpuCase c{16, q_len, {20000, 19000, 300, 5}};
+      c.num_ctas = ctas;
+      expect_accurate(c, run_gpu_case(c));
+    }
+  }
+}
+
 // The fp8 kernels take a bf16 Q two ways (decode_api.cpp, fp8_quantises_q_in_kernel): their
 // consumers quantise each item's Q tile, or the quantiser kernel does it for the TMA. Both
 // must compute the same e4m3 bytes, so the same outputs, here on plans with many items per
