@@ -1,0 +1,127 @@
+// The host's per-plan launch choices (src/runtime/launch_choices.cpp) without a GPU: which
+// fp8 Q path a plan takes, the items of its busiest CTA, and the combine's grid.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kbmla/error.hpp"
+#include "kbmla/planner.hpp"
+#include "kbmla/static_baseline.hpp"
+#include "src/runtime/plan_impl.hpp"
+
+namespace kbmla {
+namespace {
+
+// A plan's host half, as DevicePlan::create builds it (no device upload).
+// (The Impl holds a mutex: not copyable, so by pointer.)
+std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas,
+                                            Policy policy = Policy::kWorkList, int static_splits = 1) {
+  auto impl = std::make_unique<DevicePlan::Impl>();
+  impl->config.heads = heads;
+  impl->config.q_len = q_len;
+  impl->config.kv_dtype = KvDtype::kFp8E4m3;
+  impl->options.policy = policy;
+  impl->options.num_ctas = ctas;
+  impl->options.static_splits = static_splits;
+  const PlanShape shape = decode_plan_shape(impl->config, int(seqlens.size()), impl->options);
+  impl->host =
+      policy == Policy::kWorkList ? make_host_plan(shape, seqlens) : make_static_plan(shape, seqlens, static_splits);
+  return impl;
+}
+
+struct EnvGuard {
+  explicit EnvGuard(const char* value) {
+    if (value) {
+      setenv("KBMLA_Q_INLINE", value, 1);
+    } else {
+      unsetenv("KBMLA_Q_INLINE");
+    }
+  }
+  ~EnvGuard() { unsetenv("KBMLA_Q_INLINE"); }
+};
+
+TEST(LaunchChoices, ItemsOfTheBusiestCta) {
+  // Four requests on 132 CTAs: whole requests, one item each.
+  EXPECT_EQ(detail::max_items_per_cta(*host_plan(16, 1, {4096, 4096, 4096, 4096}, 132)), 1);
+  // Many short requests on 3 CTAs: several items per CTA, as the plan counts them.
+  const auto few = host_plan(16, 4, {300, 900, 64, 2000, 5, 700, 1200}, 3);
+  EXPECT_GT(detail::max_items_per_cta(*few), 1);
+  EXPECT_EQ(detail::max_items_per_cta(*few), few->host.counts.max_items_per_cluster);
+  // Static: one item per CTA; static persistent: ceil(items / CTAs) = ceil(7 x 2 / 5).
+  EXPECT_EQ(detail::max_items_per_cta(*host_plan(16, 1, {300, 900, 64, 2000, 5, 700, 1200}, 5, Policy::kStatic, 2)), 1);
+  EXPECT_EQ(detail::max_items_per_cta(
+                *host_plan(16, 1, {300, 900, 64, 2000, 5, 700, 1200}, 5, Policy::kStaticPersistent, 2)),
+            3);
+}
+
+TEST(LaunchChoices, Fp8QPathFollowsTheMeasuredRule) {
+  EnvGuard env(nullptr);
+  const std::vector<int32_t> many = {300, 900, 64, 2000, 5, 700, 1200};
+  // <= 16 rows: in the kernel, whatever the items per CTA.
+  EXPECT_TRUE(detail::fp8_quantises_q_in_kernel(*host_plan(16, 1, many, 3), 16));
+  // 64 rows: in the kernel with one item per CTA, by the quantiser with more.
+  EXPECT_TRUE(detail::fp8_quantises_q_in_kernel(*host_plan(16, 4, {4096, 4096}, 132), 64));
+  EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(*host_plan(16, 4, many, 3), 64));
+  // 2-CTA clusters (more than 64 rows): always the quantiser.
+  EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(*host_plan(32, 4, {4096}, 132), 128));
+}
+
+TEST(LaunchChoices, Fp8QPathOverriddenByTheEnvironment) {
+  const auto multi_plan = host_plan(16, 4, {300, 900, 64, 2000, 5, 700, 1200}, 3);
+  const auto narrow_plan = host_plan(16, 1, {4096}, 132);
+  const DevicePlan::Impl& multi = *multi_plan;
+  const DevicePlan::Impl& narrow = *narrow_plan;
+  {
+    EnvGuard env("always");
+    EXPECT_TRUE(detail::fp8_quantises_q_in_kernel(multi, 64));
+    EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(*host_plan(32, 4, {4096}, 132), 128));  // clusters cannot
+  }
+  {
+    EnvGuard env("never");
+    EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(narrow, 16));
+  }
+  {
+    EnvGuard env("auto");
+    EXPECT_TRUE(detail::fp8_quantises_q_in_kernel(narrow, 16));
+    EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(multi, 64));
+  }
+  {
+    EnvGuard env("sometimes");
+    std::string what;
+    try {
+      detail::fp8_quantises_q_in_kernel(narrow, 16);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("KBMLA_Q_INLINE='sometimes' must be auto, always or never"), std::string::npos) << what;
+  }
+}
+
+CombineParams combine_counts(int rows, int split, int wide, int max_wide_splits, int zero) {
+  CombineParams p{};
+  p.rows = rows;
+  p.num_split_requests = split;
+  p.num_wide_requests = wide;
+  p.max_wide_splits = max_wide_splits;
+  p.num_zero_fill = zero;
+  return p;
+}
+
+TEST(LaunchChoices, CombineGrid) {
+  // Nothing to merge or fill: no launch.
+  EXPECT_EQ(combine_blocks(combine_counts(64, 0, 0, 0, 0)), 0);
+  // Narrow requests only (8-warp blocks): a warp per row of each request, then a block per
+  // zero-filled q tile.
+  EXPECT_EQ(combine_blocks(combine_counts(64, 5, 0, 0, 2)), (5 * 64 + 7) / 8 + 2);
+  EXPECT_EQ(combine_blocks(combine_counts(12, 3, 0, 0, 0)), (3 * 12 + 7) / 8);
+  // A wide request: a block per (row, column quarter), 8 warps up to 72 splits ...
+  EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 40, 1)), 16 * 4 + (2 * 16 + 7) / 8 + 1);
+  // ... 16 warps above (the narrow ones then 16 rows a block).
+  EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 132, 0)), 16 * 4 + (2 * 16 + 15) / 16);
+}
+
+}  // namespace
+}  // namespace kbmla
