@@ -130,7 +130,8 @@ __device__ __forceinline__ SplitRequest split_request(const CombineParams& p, in
 // the weights need warp shuffles only. Its partial O loads go out kNarrowBatch splits x 4
 // quarters at a time (4 KB per warp in flight), the first batch with the LSE load. A warp
 // per (row, quarter) held a quarter of that: the 64-row split cases' merges were bound by
-// bytes in flight (lognormal_H16_Sq4: 32 MB of partials in ~17 us, bench --balance, v27).
+// bytes in flight (lognormal_H16_Sq4: 190 partial slots x 64 rows x 2 KB = 25 MB in ~17 us,
+// bench --balance, v27).
 // A row that sees no key in any split has only -inf partial LSEs (the decode writes them),
 // so it needs no test of its own: it is written empty below.
 constexpr int kNarrowBatch = 2;

@@ -1,8 +1,8 @@
 // Choices the decode call makes from its plan: the fp8 kernels' Q path, the combine's
 // launch shape, the instrumentation buffers' sizes.
 #include <cstdlib>
+#include <cstring>
 #include <limits>
-#include <string>
 
 #include "kbmla/error.hpp"
 #include "kbmla/schedulers.hpp"
@@ -10,6 +10,16 @@
 #include "src/sm90/decode/kernel.hpp"
 
 namespace kbmla {
+
+namespace {
+// CTAs of the static-persistent policy's grid (the seed's scheduler over the cluster slots).
+int static_persistent_ctas(const DevicePlan::Impl& P) {
+  const HostPlan& h = P.host;
+  const StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
+                                    P.options.static_splits);
+  return StaticTileScheduler::grid_shape(s, h.shape.num_ctas / h.shape.cluster_size).x;
+}
+}  // namespace
 
 namespace detail {
 
@@ -21,10 +31,7 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
     case Policy::kStatic:
       return 1;
     case Policy::kStaticPersistent: {
-      const StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
-                                        P.options.static_splits);
-      const int64_t clusters = StaticTileScheduler::grid_shape(s, h.shape.num_ctas / h.shape.cluster_size).x /
-                               h.shape.cluster_size;
+      const int64_t clusters = static_persistent_ctas(P) / h.shape.cluster_size;
       const int64_t items = int64_t{h.shape.batch} * h.counts.num_q_tiles * P.options.static_splits;
       return int(std::min<int64_t>((items + clusters - 1) / std::max<int64_t>(clusters, 1), 1 << 30));
     }
@@ -42,11 +49,11 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
 // KBMLA_Q_INLINE=always / never overrides the choice (tests, tuning; README).
 bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
   if (P.host.shape.cluster_size != 1) return false;
+  // Read per call (tests switch it), without allocating: the decode call's run path.
   if (const char* e = std::getenv("KBMLA_Q_INLINE")) {
-    const std::string v(e);
-    if (v == "always") return true;
-    if (v == "never") return false;
-    require(v == "auto", "KBMLA_Q_INLINE='", v, "' must be auto, always or never");
+    if (std::strcmp(e, "always") == 0) return true;
+    if (std::strcmp(e, "never") == 0) return false;
+    require(std::strcmp(e, "auto") == 0, "KBMLA_Q_INLINE='", e, "' must be auto, always or never");
   }
   return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
 }
@@ -86,17 +93,13 @@ int combine_timeline_blocks(const DevicePlan& plan) {
 int timeline_ctas(const DevicePlan& plan) {
   const DevicePlan::Impl& P = plan.impl();
   const HostPlan& h = P.host;
-  const int clusters = h.shape.num_ctas / h.shape.cluster_size;
   switch (P.options.policy) {
     case Policy::kWorkList:
       return h.counts.num_active_clusters * h.shape.cluster_size;
     case Policy::kStatic:
       return h.shape.cluster_size * h.shape.batch * h.counts.num_q_tiles * P.options.static_splits;
-    case Policy::kStaticPersistent: {
-      StaticTileSchedulerParams s(true, h.shape.batch, h.counts.num_q_tiles, h.shape.cluster_size,
-                                  P.options.static_splits);
-      return StaticTileScheduler::grid_shape(s, clusters).x;
-    }
+    case Policy::kStaticPersistent:
+      return static_persistent_ctas(P);
   }
   return 0;
 }

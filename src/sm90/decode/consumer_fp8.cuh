@@ -175,6 +175,9 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
   constexpr int kStages = Scaling::kStages;
   constexpr int kSlots = Scaling::kSlots;
   const int wg = kFixedWg >= 0 ? kFixedWg : wg_arg;
+  // A bf16 Q quantised here (p.q_inline): not in the 2-CTA cluster kernels (kFixedWg >= 0),
+  // whose consumers have no registers for it (the host never asks them to).
+  constexpr bool kMayQuantiseQ = Scaling::kInlineQ && kFixedWg < 0;
   const int other = 1 - wg;
   const int tid = threadIdx.x - 128 * (wg + 1);
   const int warp = tid / 32, lane = tid % 32;
@@ -205,10 +208,10 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     if (!it.run) continue;
     // (Context-parallel positions are checked by the Q loader thread.)
     // (p is in the constant bank: testing p.q_inline again costs no register.)
-    if (Scaling::kInlineQ && kFixedWg < 0 && p.q_inline) {
+    if (kMayQuantiseQ && p.q_inline) {
       // The previous item's row-statistics barrier was the last point where S could read
       // its Q tile, so the tile is free to overwrite.
-      if constexpr (Scaling::kInlineQ && kFixedWg < 0) {
+      if constexpr (kMayQuantiseQ) {
         float* q_scales = reinterpret_cast<float*>(smem + Layout::q_scales);
         quantise_q_tile<Scaling::kQGroups, Scaling::kQRows, Scaling::kQBoxBytes>(p, it, smem + Layout::q, q_scales,
                                                                                  4 * wg + warp, lane);
@@ -315,7 +318,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       fence_accumulators(o);
       release_stage(empty + stage, lane, p.cluster_size);
     }
-    if (Scaling::kRopeByTma || !(Scaling::kInlineQ && kFixedWg < 0 && p.q_inline)) Mbarrier::arrive(q_empty);
+    if (Scaling::kRopeByTma || !(kMayQuantiseQ && p.q_inline)) Mbarrier::arrive(q_empty);
     ++item_count;
 
     sc.finish_o(o);

@@ -68,13 +68,14 @@ void launch_clustered(void (*kernel)(QMaps, KvMaps, DecodeParams), uint32_t smem
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
+// Tiles of at most this many query rows (one CTA) take the fp8 kernels' narrow
+// instantiations (S^T and P V with N = 16).
+constexpr int kFp8NarrowRows = 16;
+
 // fp8 (e4m3) cache: `q_maps.latent` / `.rope` are the maps of the e4m3 Q (as KvFp8Maps); p.q_scale
 // and p.kv_scale are set; or, with p.q_inline, the maps are unset and the consumers quantise a
 // bf16 Q themselves. `after_quantiser`: the Q quantiser was launched just before on
 // `stream`, and the decode becomes its programmatic dependent. Full mode only.
-// Tiles of at most this many query rows (one CTA) take the per-tensor kernel's narrow
-// instantiation (S^T and P V with N = 16).
-constexpr int kFp8NarrowRows = 16;
 void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser);
 
@@ -86,7 +87,7 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
                              cudaStream_t stream, bool after_quantiser);
 // Whether the per-block kernel for at most 16 rows runs (S^T, 16-row Q tile): its Q maps
 // then have boxes of 16 rows (config_fp8_block.hpp, SmemLayoutT).
-inline bool fp8_block_narrow(int rows, int cluster_size) { return rows <= 16 && cluster_size == 1; }
+inline bool fp8_block_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRows && cluster_size == 1; }
 constexpr uint32_t kFp8BlockNarrowQRows = 16;
 
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to

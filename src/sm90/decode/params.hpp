@@ -38,10 +38,11 @@ struct DecodeParams {
   const float* kv_scale;
   const float* q_scale;
   int q_scale_stride;
-  // Per-tensor fp8 cache with a bf16 Q (q_inline): the consumers quantise each item's Q
-  // tile themselves (q_inline_fp8.cuh) from row r = batch * rows + row in the request:
-  // columns [0, q_latent_cols) at q_bf16 + r * q_row, the rest at q_pe_bf16 + r * q_pe_row
-  // (elements); q_scale is unused then.
+  // fp8 caches with a bf16 Q (q_inline): the consumers quantise each item's Q tile
+  // themselves (q_inline_fp8.cuh) from row r = batch * rows + row in the request: columns
+  // [0, q_latent_cols) at q_bf16 + r * q_row, the rest (per-tensor, d_qk 576) at
+  // q_pe_bf16 + r * q_pe_row (elements; the per-block kernel's bf16 rope still comes by
+  // TMA); q_scale is unused then.
   bool q_inline;
   const void* q_bf16;
   const void* q_pe_bf16;
