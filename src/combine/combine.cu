@@ -240,9 +240,9 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // kWarps narrow tasks (rows) each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
-// Two blocks of 512 threads per SM (64 registers) or three of 256.
+// Two blocks of 512 threads per SM (64 registers), three of 256 or six of 128.
 template <int kWarps>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : 3) combine_kernel(const __grid_constant__ CombineParams p) {
+__global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : (kWarps == 8 ? 3 : 6)) combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ CombineShared<kWarps> sh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // The counts and the plan are written before the decode runs (the host, or the device
@@ -327,16 +327,29 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-// 16 warps only when a wide request's splits exceed one round of 8 warps' prefetch.
-static bool wide_blocks_of_16_warps(const CombineParams& p) { return p.max_wide_splits > 8 * kPrefetch; }
+// 16 warps only when a wide request's splits exceed one round of 8 warps' prefetch;
+// 4 when every wide request fits one round of 4 warps' prefetch (17..36 splits: twice the
+// blocks per SM, each warp twice the loads in flight of 8 warps).
+static int combine_warps(const CombineParams& p) {
+  if (p.max_wide_splits > 8 * kPrefetch) return 16;
+  if (p.max_wide_splits > 0 && p.max_wide_splits <= 4 * kPrefetch) return 4;
+  return 8;
+}
 
 int64_t combine_blocks(const CombineParams& p) {
-  return wide_blocks_of_16_warps(p) ? blocks_with<16>(p) : blocks_with<8>(p);
+  switch (combine_warps(p)) {
+    case 16: return blocks_with<16>(p);
+    case 4: return blocks_with<4>(p);
+    default: return blocks_with<8>(p);
+  }
 }
 
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  if (wide_blocks_of_16_warps(p)) return launch_combine_with<16>(p, stream);
-  launch_combine_with<8>(p, stream);
+  switch (combine_warps(p)) {
+    case 16: return launch_combine_with<16>(p, stream);
+    case 4: return launch_combine_with<4>(p, stream);
+    default: return launch_combine_with<8>(p, stream);
+  }
 }
 
 }  // namespace kbmla

@@ -117,7 +117,11 @@ TEST(LaunchChoices, CombineGrid) {
   // zero-filled q tile.
   EXPECT_EQ(combine_blocks(combine_counts(64, 5, 0, 0, 2)), (5 * 64 + 7) / 8 + 2);
   EXPECT_EQ(combine_blocks(combine_counts(12, 3, 0, 0, 0)), (3 * 12 + 7) / 8);
-  // A wide request: a block per (row, column quarter), 8 warps up to 72 splits ...
+  // A wide request: a block per (row, column quarter); 4 warps for 17..36 splits (the
+  // narrow requests then 4 rows a block), 8 up to 72 ...
+  EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 20, 1)), 16 * 4 + (2 * 16 + 3) / 4 + 1);
+  EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 36, 0)), 16 * 4 + (2 * 16 + 3) / 4);
+  EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 37, 0)), 16 * 4 + (2 * 16 + 7) / 8);
   EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 40, 1)), 16 * 4 + (2 * 16 + 7) / 8 + 1);
   // ... 16 warps above (the narrow ones then 16 rows a block).
   EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 132, 0)), 16 * 4 + (2 * 16 + 15) / 16);

@@ -83,8 +83,8 @@ TEST(GpuSharedWorkspace, FewCtasEachHoldingManySplitItems) {
   expect_accurate(clusters, run_gpu_case(clusters));
 }
 
-// Requests split 17..36 and 37..72 ways (the combine's 8-warp wide merges; the 16-warp
-// ones: GpuLarge), 16 and 64 rows, against the reference.
+// Requests split 17..36 ways (combine blocks of 4 warps) and 37..72 ways (8 warps), 16 and
+// 64 rows: every block shape of the combine's wide merge against the reference.
 TEST(GpuSharedWorkspace, WideMergesOfEveryBlockShape) {
   KBMLA_REQUIRE_SM90();
   for (int ctas : {40, 100}) {
