@@ -510,6 +510,10 @@ int run_bench(const BenchOptions& o) {
         r["busy_max_over_mean"] = best.busy_max_over_mean;
         r["busy_max_us"] = best.busy_max_us;
         r["busy_mean_us"] = best.busy_mean_us;
+        // Each busy CTA's {start us, end us, SM id}: which SMs run slow, across runs.
+        nlohmann::json cta_intervals = nlohmann::json::array();
+        for (const auto& iv : best.intervals) cta_intervals.push_back({iv[0], iv[1], int(iv[2])});
+        r["cta_intervals"] = std::move(cta_intervals);
       }
       results.push_back(r);
       if (!best.intervals.empty()) for_svg.push_back(best);

@@ -307,6 +307,15 @@ int64_t blocks_with(const CombineParams& p) {
   return blocks;
 }
 
+// Dynamic shared memory (unused) that a block asks for when the grid has no more blocks
+// than the device has SMs: over half of an SM's 228 KiB, so no two blocks share one. The
+// blocks start on the SMs the decode frees first, and without it they packed there two or
+// three to an SM (occupancy allows that) while other SMs idled: B1's 64 wide blocks merged
+// on ~32 SMs. Measured (v28, H200, three alternated runs): bf16 B1 54.6-55.2 -> 53.2 us,
+// fp8 B1 ~-1 us, skew_Sq1 level; grids larger than the SM count (B4_Sq4's 1024 blocks,
+// the 96-head Kimi merge) lost 3-18 us this way, so they keep the packing.
+constexpr int kSpreadSmemBytes = 120 * 1024;
+
 template <int kWarps>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
@@ -316,6 +325,13 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
+  if (combine_spreads_blocks(p)) {
+    static const cudaError_t attr_err =
+        cudaFuncSetAttribute(combine_kernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
+    require(attr_err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
+            " bytes of shared memory per block: ", cudaGetErrorString(attr_err));
+    config.dynamicSmemBytes = kSpreadSmemBytes;
+  }
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -334,6 +350,11 @@ static int combine_warps(const CombineParams& p) {
   if (p.max_wide_splits > 8 * kPrefetch) return 16;
   if (p.max_wide_splits > 0 && p.max_wide_splits <= 4 * kPrefetch) return 4;
   return 8;
+}
+
+bool combine_spreads_blocks(const CombineParams& p) {
+  const int64_t blocks = combine_blocks(p);
+  return blocks > 0 && blocks <= p.sm_count;
 }
 
 int64_t combine_blocks(const CombineParams& p) {

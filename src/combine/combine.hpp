@@ -17,7 +17,7 @@ struct CombineParams {
   SplitTableView splits;
   // Requests with num_splits > 1: the first num_wide_requests have more than
   // kCombineNarrowSplits splits (a block per row and column quarter, warps striding over
-  // splits); the rest are narrow (a warp per row and column quarter).
+  // splits); the rest are narrow (a warp per row).
   const int32_t* split_requests;
   int num_split_requests;
   int num_wide_requests;
@@ -27,6 +27,9 @@ struct CombineParams {
   // Device-made plans: the counts above are capacities that size the grid, and the actual
   // counts (split requests, wide ones, zero-fill entries) are read from here.
   const DevicePlanHeader* header;
+  // SMs of the device (0: unknown). A launch of at most this many blocks asks for enough
+  // shared memory that no two of its blocks share an SM (combine.cu, kSpreadSmemBytes).
+  int sm_count;
   const int32_t* zero_fill;       // entries (q tile, batch, 0)
   int num_zero_fill;
   const float* partial_o;         // [slots, rows, 512], O / l per split
@@ -39,6 +42,10 @@ struct CombineParams {
 
 // The blocks launch_combine launches for p (0: it launches nothing).
 int64_t combine_blocks(const CombineParams& p);
+
+// Whether its blocks get an SM each (a grid of at most p.sm_count blocks; combine.cu says
+// why).
+bool combine_spreads_blocks(const CombineParams& p);
 
 // Launches nothing when there is nothing to merge or fill.
 void launch_combine(const CombineParams& p, cudaStream_t stream);

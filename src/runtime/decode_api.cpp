@@ -132,26 +132,32 @@ namespace {
 // (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the
 // persistent grid waits for another to finish. Plans are made every step, and the
 // property and occupancy queries cost driver round trips: they are asked once per device.
-int resolve_num_ctas(int requested, const DecodeConfig& config) {
-  if (requested != 0) return requested;
-  struct Budget {
-    bool known = false;
-    int sm_count = 0, pair_clusters = 0;
-  };
+// The current device's SM count and co-resident 2-CTA clusters, queried once per ordinal.
+struct DeviceBudget {
+  bool known = false;
+  int sm_count = 0, pair_clusters = 0;
+};
+DeviceBudget current_device_budget() {
   static std::mutex mutex;
-  static std::vector<Budget> budgets;  // per device ordinal
+  static std::vector<DeviceBudget> budgets;  // per device ordinal
   int d = 0;
   cudaGetDevice(&d);
   std::lock_guard<std::mutex> lock(mutex);
   if (size_t(d) >= budgets.size()) budgets.resize(size_t(d) + 1);
-  Budget& b = budgets[size_t(d)];
+  DeviceBudget& b = budgets[size_t(d)];
   if (!b.known) {
     DeviceInfo dev = query_device(d);
-    require(dev.present, "plan: num_ctas = 0 asks for every SM, but ", dev.reason);
+    require(dev.present, "plan: no CUDA device to plan for: ", dev.reason);
     b.sm_count = dev.sm_count;
     b.pair_clusters = dev.supported ? sm90::max_active_clusters(2) : dev.sm_count / 2;
     b.known = true;
   }
+  return b;
+}
+
+int resolve_num_ctas(int requested, const DecodeConfig& config) {
+  if (requested != 0) return requested;
+  const DeviceBudget b = current_device_budget();
   if (sm90_cluster_size(config.heads, config.q_len) == 1) return b.sm_count;
   return std::min(b.sm_count, 2 * b.pair_clusters);
 }
@@ -170,6 +176,7 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   impl->config = config;
   impl->options = options;
   impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
+  impl->device_sm_count = current_device_budget().sm_count;
   impl->device_planned = true;
   PlanShape shape = decode_plan_shape(config, batch, impl->options);
   shape.fixed_grid = true;
@@ -288,6 +295,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   impl->config = config;
   impl->options = options;
   impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
+  impl->device_sm_count = current_device_budget().sm_count;
   PlanShape shape = decode_plan_shape(config, int(seqlens.size()), impl->options);
   require(options.batch_invariant_split_blocks >= 0, "plan: batch_invariant_split_blocks (",
           options.batch_invariant_split_blocks, ") must be >= 0 (0: balanced splits)");

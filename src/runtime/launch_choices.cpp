@@ -71,6 +71,7 @@ CombineParams combine_plan_params(const DevicePlan::Impl& P) {
   cp.num_split_requests = int(P.split_requests.size());
   cp.num_wide_requests = P.num_wide_requests;
   cp.max_wide_splits = P.max_wide_splits;
+  cp.sm_count = P.device_sm_count;
   cp.zero_fill = P.zero_fill;
   cp.num_zero_fill = int(h.zero_fill.size());
   cp.header = nullptr;

@@ -21,6 +21,7 @@ struct DevicePlan::Impl {
   std::vector<int32_t> split_requests;  // wide (> kCombineNarrowSplits splits) first, then narrow
   int num_wide_requests = 0;
   int max_wide_splits = 0;    // the most splits of a wide request (the combine's block size)
+  int device_sm_count = 0;    // SMs of the device the plan was made on (the combine's spread)
   int32_t* device = nullptr;  // one allocation holding every array below
   const int32_t* work_list = nullptr;
   SplitTableView splits{};

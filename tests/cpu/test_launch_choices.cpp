@@ -127,5 +127,22 @@ TEST(LaunchChoices, CombineGrid) {
   EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 132, 0)), 16 * 4 + (2 * 16 + 15) / 16);
 }
 
+TEST(LaunchChoices, CombineBlocksGetAnSmEachOnlyWhenTheGridFitsTheSms) {
+  CombineParams p = combine_counts(16, 1, 1, 132, 0);  // B1: 64 wide blocks
+  p.sm_count = 132;
+  EXPECT_TRUE(combine_spreads_blocks(p));
+  p.sm_count = 64;
+  EXPECT_TRUE(combine_spreads_blocks(p));
+  p.sm_count = 63;
+  EXPECT_FALSE(combine_spreads_blocks(p));
+  p.sm_count = 0;  // unknown
+  EXPECT_FALSE(combine_spreads_blocks(p));
+  p = combine_counts(64, 4, 4, 20, 0);  // B4_Sq4: 1024 wide blocks of 4 warps
+  p.sm_count = 132;
+  EXPECT_FALSE(combine_spreads_blocks(p));
+  p = combine_counts(64, 0, 0, 0, 0);  // nothing to launch
+  EXPECT_FALSE(combine_spreads_blocks(p));
+}
+
 }  // namespace
 }  // namespace kbmla
