@@ -118,6 +118,7 @@ struct Measurement {
   // --balance, plans with a combine: its first block's start and last block's end after
   // the decode's last CTA ended (%globaltimer; the start is when its grid wait returned).
   double combine_start_us = -1, combine_end_us = -1;
+  std::vector<std::array<double, 2>> combine_intervals;  // --balance: per block, us after the decode's end
   std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
 };
 
@@ -384,6 +385,11 @@ int run_bench(const BenchOptions& o) {
           if (c_end > 0 && decode_end > 0) {
             m.combine_start_us = (double(c_start) - double(decode_end)) / 1e3;
             m.combine_end_us = (double(c_end) - double(decode_end)) / 1e3;
+            for (int k = 0; k < combine_blocks; ++k) {
+              if (crec[2 * k] == 0) continue;
+              m.combine_intervals.push_back({(double(crec[2 * k]) - double(decode_end)) / 1e3,
+                                             (double(crec[2 * k + 1]) - double(decode_end)) / 1e3});
+            }
           }
         }
         double sum = 0, mx = 0;
@@ -505,6 +511,9 @@ int run_bench(const BenchOptions& o) {
       if (best.combine_end_us >= 0) {
         r["combine_start_after_decode_us"] = best.combine_start_us;
         r["combine_end_after_decode_us"] = best.combine_end_us;
+        nlohmann::json combine_intervals = nlohmann::json::array();
+        for (const auto& iv : best.combine_intervals) combine_intervals.push_back({iv[0], iv[1]});
+        r["combine_intervals"] = std::move(combine_intervals);
       }
       if (best.busy_max_over_mean > 0) {
         r["busy_max_over_mean"] = best.busy_max_over_mean;
