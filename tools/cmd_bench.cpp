@@ -325,8 +325,7 @@ int run_bench(const BenchOptions& o) {
       opt.static_splits = splits;
       opt.batch_invariant_split_blocks = invariant_blocks;
       if (o.cost.per_kv_block > 0 || o.cost.per_item > 0 || o.cost.per_split > 0) {
-        const int rows = std::min(bc.heads * bc.q_len, kSm90RowsPerCta);
-        CostModel c = kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows) : sm90_bf16_cost_model(rows);
+        CostModel c = sm90_cost_model(kv_dtype, bc.heads, bc.q_len);
         if (o.cost.per_kv_block > 0) c.per_kv_block = o.cost.per_kv_block;
         if (o.cost.per_item > 0) c.per_item = o.cost.per_item;
         if (o.cost.per_split > 0) c.per_split = o.cost.per_split;

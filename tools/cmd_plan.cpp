@@ -89,6 +89,26 @@ nlohmann::json to_json(const PlanReport& r) {
   nlohmann::json hist = nlohmann::json::object();
   for (auto [s, n] : r.splits_histogram) hist[std::to_string(s)] = n;
   j["splits_histogram"] = hist;
+  // Per active slot of the work list: its items, their KV blocks (split bounds, not clipped
+  // to causal visibility) and how many of them are pieces of split requests: the terms of
+  // the cost model, to fit it against the bench's measured per-CTA busy intervals.
+  nlohmann::json slots = nlohmann::json::array();
+  const HostPlan& h = r.plan;
+  const int A = h.counts.num_active_clusters;
+  for (int g = 0; g < A; ++g) {
+    int64_t items = 0, blocks = 0, split_items = 0;
+    for (int64_t i = g; i < int64_t(h.work_list.size()) && h.work_list[size_t(i)] >= 0; i += A) {
+      const int32_t e = h.work_list[size_t(i)];
+      const int b = work_entry_tile_batch(e) % r.shape.batch, split = work_entry_split(e);
+      if (h.num_splits[size_t(b)] == 0) continue;
+      const int off = h.bounds_offset[size_t(b)];
+      ++items;
+      blocks += h.bounds[size_t(off + split + 1)] - h.bounds[size_t(off + split)];
+      if (h.num_splits[size_t(b)] > 1) ++split_items;
+    }
+    slots.push_back({items, blocks, split_items});
+  }
+  j["slots"] = std::move(slots);
   for (const auto& p : r.policies) {
     j["policies"].push_back({{"policy", p.policy},
                              {"split_kv", p.split_kv},
@@ -131,10 +151,7 @@ PlanShape shape_for(int batch, int q_len, int heads, KvDtype kv_dtype, const Pla
   s.tile_rows = kSm90RowsPerCta * s.cluster_size;
   s.num_ctas = o.sms;
   // The decode's own model (by cache dtype) unless the cost flags override it.
-  const int rows = std::min(heads * q_len, kSm90RowsPerCta);
-  s.cost = o.cost_given                       ? o.cost
-           : kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows)
-                                              : sm90_bf16_cost_model(rows);
+  s.cost = o.cost_given ? o.cost : sm90_cost_model(kv_dtype, heads, q_len);
   return s;
 }
 

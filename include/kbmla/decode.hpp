@@ -57,6 +57,15 @@ constexpr int kv_token_bytes(KvDtype dtype, int d_qk) {
   return dtype == KvDtype::kFp8E4m3PerBlock ? 656 : dtype == KvDtype::kFp8E4m3 ? d_qk : 2 * d_qk;
 }
 
+// The planner's default cost model for the sm_90 kernel that serves a cache of `dtype` and
+// heads x q_len query rows per request (planner_core.hpp says where its values come from).
+inline CostModel sm90_cost_model(KvDtype dtype, int heads, int q_len) {
+  const int rows = heads * q_len;
+  return dtype == KvDtype::kFp8E4m3PerBlock ? sm90_fp8_block_cost_model(rows)
+         : dtype == KvDtype::kFp8E4m3       ? sm90_fp8_cost_model(rows)
+                                             : sm90_bf16_cost_model(rows);
+}
+
 struct DecodeConfig {
   int heads = 16;         // 1..128
   int q_len = 1;          // 1..16

@@ -50,25 +50,58 @@ struct CostModel {
 };
 inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 
-// The sm_90 bf16 kernel's model for a q tile of `rows_per_cta` valid rows (at most 64):
-// a split item writes rows x 512 fp32 of partial O that its CTA must issue before its
-// next item (2 KiB per row at the ~32 GB/s per-SM share of HBM: ~64 ns), and the combine
-// reads them back; measured on lognormal_H64_Sq1, where 64-row partials cost ~10 points
-// of copy bandwidth against the 16-row case with the same plan (bench/NOTES.md, v4).
-KBMLA_HD CostModel sm90_bf16_cost_model(int rows_per_cta) {
+// The sm_90 kernels' models, by cache dtype and the query rows of one request
+// (heads x q_len). Split items: a split item writes rows x 512 fp32 of partial O that its
+// CTA must issue before its next item (2 KiB per row at the ~32 GB/s per-SM share of HBM:
+// ~64 ns), and the combine reads them back; measured on lognormal_H64_Sq1, where 64-row
+// partials cost ~10 points of copy bandwidth against the 16-row case with the same plan
+// (bench/NOTES.md, v4).
+// Blocks and items of tiles of 17..64 rows (v28): a least-squares fit of each CTA's
+// measured busy time (bench --balance, 1,300-2,000 CTAs over 10-13 cases per kernel) on
+// its blocks, items and split items gave, in us per block / per item: bf16 2.35 / 8.4,
+// fp8 per-tensor 1.41 / 8.3, fp8 per-block 2.19 / 8.6: an item of a 64-row tile costs
+// 3.6-5.9 blocks (its Q tile, the pipeline drained at the item's end, 64 rows of output),
+// where the models had 1.25 (bf16) and 3. With the fitted values (two alternated runs on
+// an H200): bf16 lognormal_H16_Sq4 363 -> 357 us, lognormal_H64 361 -> 356, skew_Sq4 103
+// -> 99 (busy max/mean 1.10 -> 1.08); fp8 kimi_lognormal_B64_Sq4_H12 92 -> 89.5, skew_Sq4
+// 78 -> 76, B32_Sq4 203 -> 200; per-block lognormal_H16_Sq4 363 -> 356; the other 64-row
+// cases level. For tiles of at most 16 rows the fit (bf16 2.26 / 1.7, fp8 1.11 / 4.8,
+// per-block 1.34 / 4.4) changed no measured time, and for more than 64 rows (2-CTA
+// clusters) nothing was fitted: both keep the older values.
+KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
   CostModel c = kDefaultCostModel;
-  c.per_split = 1000 + 64 * int64_t{rows_per_cta < 64 ? rows_per_cta : 64};
+  c.per_split = 1000 + 64 * int64_t{rows < 64 ? rows : 64};
+  if (rows > 16 && rows <= 64) {
+    c.per_kv_block = 2350;
+    c.per_item = 8400;
+  }
   return c;
 }
 
-// The fp8 (e4m3) kernel's model: a block costs less than half the bf16 one against the
-// same item and split overheads. 1000 ns measured best of {2400, 1500, 1000} on six
-// skewed and multi-item cases (H200, --cost-block; lognormal_H16_Sq1 65.7 -> 68.5 % of
+// The fp8 (e4m3, per-tensor scale) kernel's model: a block of a tile of at most 16 rows
+// costs less than half the bf16 one (1000 ns measured best of {2400, 1500, 1000} on six
+// skewed and multi-item cases, H200, --cost-block; lognormal_H16_Sq1 65.7 -> 68.5 % of
 // copy, kimi_lognormal_B64_Sq4_H12 36.9 -> 40.8, uniform_B4_Sq4 46.6 -> 49.3,
 // lognormal_H16_Sq4 57.5 -> 60.4, the other two within 0.6; bench/NOTES.md, v17).
-KBMLA_HD CostModel sm90_fp8_cost_model(int rows_per_cta) {
-  CostModel c = sm90_bf16_cost_model(rows_per_cta);
+KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
+  CostModel c = kDefaultCostModel;
+  c.per_split = 1000 + 64 * int64_t{rows < 64 ? rows : 64};
   c.per_kv_block = 1000;
+  if (rows > 16 && rows <= 64) {
+    c.per_kv_block = 1400;
+    c.per_item = 8300;
+  }
+  return c;
+}
+
+// The fp8 kernel with per-block scales: as the per-tensor one up to 16 rows; its 17..64-row
+// tiles stream at about the bf16 rate per block (their consumers limit, bench/NOTES.md).
+KBMLA_HD CostModel sm90_fp8_block_cost_model(int rows) {
+  CostModel c = sm90_fp8_cost_model(rows);
+  if (rows > 16 && rows <= 64) {
+    c.per_kv_block = 2200;
+    c.per_item = 8600;
+  }
   return c;
 }
 

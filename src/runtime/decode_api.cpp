@@ -119,10 +119,7 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
   shape.kv_block = sm90::kBlockTokens;
   shape.num_ctas = options.num_ctas;
   shape.fixed_split_blocks = options.batch_invariant_split_blocks;
-  const int rows = std::min(config.heads * config.q_len, sm90::kRowsPerCta);
-  shape.cost = options.cost                              ? *options.cost
-               : config.kv_dtype != KvDtype::kBFloat16 ? sm90_fp8_cost_model(rows)
-                                                         : sm90_bf16_cost_model(rows);
+  shape.cost = options.cost ? *options.cost : sm90_cost_model(config.kv_dtype, config.heads, config.q_len);
   return shape;
 }
 
@@ -176,7 +173,6 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   impl->config = config;
   impl->options = options;
   impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
-  impl->device_sm_count = current_device_budget().sm_count;
   impl->device_planned = true;
   PlanShape shape = decode_plan_shape(config, batch, impl->options);
   shape.fixed_grid = true;
@@ -193,6 +189,7 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   const size_t total = 8 + size_t(cap.work_list) + 3 * B + size_t(cap.bounds) + size_t(cap.zero_fill) +
                        size_t(cap.split_requests) + 1;
   check_cuda(cudaMalloc(&impl->device, total * sizeof(int32_t)), "plan: cudaMalloc");
+  impl->device_sm_count = current_device_budget().sm_count;  // (after every check of the arguments)
   // An empty, well-formed plan until the first replan: every entry negative, header zero.
   check_cuda(cudaMemset(impl->device, 0xff, total * sizeof(int32_t)), "plan: cudaMemset");
   check_cuda(cudaMemset(impl->device, 0, 8 * sizeof(int32_t)), "plan: cudaMemset");
@@ -295,7 +292,6 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   impl->config = config;
   impl->options = options;
   impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
-  impl->device_sm_count = current_device_budget().sm_count;
   PlanShape shape = decode_plan_shape(config, int(seqlens.size()), impl->options);
   require(options.batch_invariant_split_blocks >= 0, "plan: batch_invariant_split_blocks (",
           options.batch_invariant_split_blocks, ") must be >= 0 (0: balanced splits)");
@@ -336,6 +332,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   append(impl->split_requests);
   blob.push_back(kNoWork);  // never empty
   check_cuda(cudaMalloc(&impl->device, blob.size() * sizeof(int32_t)), "plan: cudaMalloc");
+  impl->device_sm_count = current_device_budget().sm_count;  // (after every check of the arguments)
   check_cuda(cudaMemcpy(impl->device, blob.data(), blob.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
              "plan: copy to device");
   const int32_t* d = impl->device;
