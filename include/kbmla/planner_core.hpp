@@ -66,8 +66,9 @@ inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 // -> 99 (busy max/mean 1.10 -> 1.08); fp8 kimi_lognormal_B64_Sq4_H12 92 -> 89.5, skew_Sq4
 // 78 -> 76, B32_Sq4 203 -> 200; per-block lognormal_H16_Sq4 363 -> 356; the other 64-row
 // cases level. For tiles of at most 16 rows the fit (bf16 2.26 / 1.7, fp8 1.11 / 4.8,
-// per-block 1.34 / 4.4) changed no measured time, and for more than 64 rows (2-CTA
-// clusters) nothing was fitted: both keep the older values.
+// per-block 1.34 / 4.4) changed no measured time, and bf16 above 64 rows (2-CTA clusters)
+// fitted poorly (rms 17 us; 1.94 us per item measured no better on the 96-head Kimi case):
+// both keep the older values. The fp8 clusters: below.
 KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
   CostModel c = kDefaultCostModel;
   c.per_split = 1000 + 64 * int64_t{rows < 64 ? rows : 64};
@@ -83,6 +84,10 @@ KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
 // skewed and multi-item cases, H200, --cost-block; lognormal_H16_Sq1 65.7 -> 68.5 % of
 // copy, kimi_lognormal_B64_Sq4_H12 36.9 -> 40.8, uniform_B4_Sq4 46.6 -> 49.3,
 // lognormal_H16_Sq4 57.5 -> 60.4, the other two within 0.6; bench/NOTES.md, v17).
+// Above 64 rows (2-CTA clusters, the slot's cost the slower CTA's), fitted the same way
+// (772 slots of six cases): 1.22 us per block, 8.25 per item; on
+// kimi_lognormal_B32_Sq4_H96 (384 rows) 498.6 / 494.9 / 497.4 -> 458.5 / 457.2 / 465.5 us
+// (busy max/mean 1.12-1.17 -> 1.05-1.07), three alternated runs.
 KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
   CostModel c = kDefaultCostModel;
   c.per_split = 1000 + 64 * int64_t{rows < 64 ? rows : 64};
@@ -90,17 +95,25 @@ KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
   if (rows > 16 && rows <= 64) {
     c.per_kv_block = 1400;
     c.per_item = 8300;
+  } else if (rows > 64) {
+    c.per_kv_block = 1220;
+    c.per_item = 8250;
   }
   return c;
 }
 
 // The fp8 kernel with per-block scales: as the per-tensor one up to 16 rows; its 17..64-row
 // tiles stream at about the bf16 rate per block (their consumers limit, bench/NOTES.md).
+// Its clusters (above 64 rows): 2.12 / 9.09 fitted; kimi_lognormal_B32_Sq4_H96 784.3 /
+// 785.4 / 787.3 -> 764.4 / 768.5 / 766.5 us.
 KBMLA_HD CostModel sm90_fp8_block_cost_model(int rows) {
   CostModel c = sm90_fp8_cost_model(rows);
   if (rows > 16 && rows <= 64) {
     c.per_kv_block = 2200;
     c.per_item = 8600;
+  } else if (rows > 64) {
+    c.per_kv_block = 2120;
+    c.per_item = 9090;
   }
   return c;
 }
