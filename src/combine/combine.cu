@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "kbmla/error.hpp"
 
@@ -316,6 +318,24 @@ int64_t blocks_with(const CombineParams& p) {
 // the 96-head Kimi merge) lost 3-18 us this way, so they keep the packing.
 constexpr int kSpreadSmemBytes = 120 * 1024;
 
+// The opt-in to that much dynamic shared memory, once per kernel and device (a function
+// attribute belongs to the device's context: engines drive one GPU per thread).
+template <int kWarps>
+void reserve_spread_smem() {
+  static std::mutex mutex;
+  static std::vector<char> reserved;  // per device ordinal
+  int device = 0;
+  cudaGetDevice(&device);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (size_t(device) >= reserved.size()) reserved.resize(size_t(device) + 1, 0);
+  if (reserved[size_t(device)]) return;
+  const cudaError_t err =
+      cudaFuncSetAttribute(combine_kernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
+  require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes, " bytes of shared memory per block on device ",
+          device, ": ", cudaGetErrorString(err));
+  reserved[size_t(device)] = 1;
+}
+
 template <int kWarps>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
@@ -326,10 +346,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
   if (combine_spreads_blocks(p)) {
-    static const cudaError_t attr_err =
-        cudaFuncSetAttribute(combine_kernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
-    require(attr_err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
-            " bytes of shared memory per block: ", cudaGetErrorString(attr_err));
+    reserve_spread_smem<kWarps>();
     config.dynamicSmemBytes = kSpreadSmemBytes;
   }
   cudaLaunchAttribute attr{};

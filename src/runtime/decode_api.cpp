@@ -125,11 +125,9 @@ PlanShape decode_plan_shape(const DecodeConfig& config, int batch, const PlanOpt
 
 namespace {
 
-// 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
-// (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the
-// persistent grid waits for another to finish. Plans are made every step, and the
-// property and occupancy queries cost driver round trips: they are asked once per device.
-// The current device's SM count and co-resident 2-CTA clusters, queried once per ordinal.
+// The current device's SM count and co-resident 2-CTA clusters. Plans are made every step,
+// and the property and occupancy queries cost driver round trips: they are asked once per
+// device ordinal.
 struct DeviceBudget {
   bool known = false;
   int sm_count = 0, pair_clusters = 0;
@@ -152,6 +150,9 @@ DeviceBudget current_device_budget() {
   return b;
 }
 
+// 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
+// (a GPC with an odd number of free SMs leaves one idle), so no cluster slot of the
+// persistent grid waits for another to finish.
 int resolve_num_ctas(int requested, const DecodeConfig& config) {
   if (requested != 0) return requested;
   const DeviceBudget b = current_device_budget();
