@@ -3,10 +3,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <mutex>
-#include <vector>
 
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 
 namespace kbmla {
 
@@ -322,18 +321,14 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 // attribute belongs to the device's context: engines drive one GPU per thread).
 template <int kWarps>
 void reserve_spread_smem() {
-  static std::mutex mutex;
-  static std::vector<char> reserved;  // per device ordinal
-  int device = 0;
-  cudaGetDevice(&device);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (size_t(device) >= reserved.size()) reserved.resize(size_t(device) + 1, 0);
-  if (reserved[size_t(device)]) return;
-  const cudaError_t err =
-      cudaFuncSetAttribute(combine_kernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
-  require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes, " bytes of shared memory per block on device ",
-          device, ": ", cudaGetErrorString(err));
-  reserved[size_t(device)] = 1;
+  static PerDevice<bool> reserved;
+  reserved.get([](int device) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(combine_kernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
+    require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
+            " bytes of shared memory per block on device ", device, ": ", cudaGetErrorString(err));
+    return true;
+  });
 }
 
 template <int kWarps>

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 #include <cstring>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -16,6 +15,7 @@
 #include "kbmla/helpers.hpp"
 #include "kbmla/static_baseline.hpp"
 #include "src/combine/combine.hpp"
+#include "src/common/per_device.hpp"
 #include "src/plan/device_planner.hpp"
 #include "src/runtime/decode_internal.hpp"
 #include "src/runtime/plan_impl.hpp"
@@ -129,25 +129,15 @@ namespace {
 // and the property and occupancy queries cost driver round trips: they are asked once per
 // device ordinal.
 struct DeviceBudget {
-  bool known = false;
   int sm_count = 0, pair_clusters = 0;
 };
 DeviceBudget current_device_budget() {
-  static std::mutex mutex;
-  static std::vector<DeviceBudget> budgets;  // per device ordinal
-  int d = 0;
-  cudaGetDevice(&d);
-  std::lock_guard<std::mutex> lock(mutex);
-  if (size_t(d) >= budgets.size()) budgets.resize(size_t(d) + 1);
-  DeviceBudget& b = budgets[size_t(d)];
-  if (!b.known) {
+  static PerDevice<DeviceBudget> budgets;
+  return budgets.get([](int d) {
     DeviceInfo dev = query_device(d);
     require(dev.present, "plan: no CUDA device to plan for: ", dev.reason);
-    b.sm_count = dev.sm_count;
-    b.pair_clusters = dev.supported ? sm90::max_active_clusters(2) : dev.sm_count / 2;
-    b.known = true;
-  }
-  return b;
+    return DeviceBudget{dev.sm_count, dev.supported ? sm90::max_active_clusters(2) : dev.sm_count / 2};
+  });
 }
 
 // 0 = every SM; for 2-CTA clusters, as many CTAs as the device co-schedules in clusters
