@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "kbmla/decode.hpp"
 #include "kbmla/error.hpp"
 #include "kbmla/planner.hpp"
 #include "kbmla/static_baseline.hpp"
@@ -186,6 +187,30 @@ TEST(Planner, RejectsBadInputWithNamedValues) {
   EXPECT_NO_THROW(make_host_plan(edge, std::vector<int32_t>(1 << 18, 0)));
   PlanShape big = with([](PlanShape& t) { t.heads = 64; t.q_len = 32; t.batch = (1 << 18) + 1; });
   expect_error(big, std::vector<int32_t>((1 << 18) + 1, 1), "must be <= 2^23");
+}
+
+// The default cost models (planner_core.hpp, fitted in bench/NOTES.md v28): the fitted
+// block and item costs apply from 17 rows per request (64-row tiles carrying more than 16
+// valid rows) and, for the fp8 caches, again above 64 (2-CTA clusters); per_split follows
+// the rows of one CTA, capped at 64.
+TEST(Planner, DefaultCostModelsByDtypeAndRows) {
+  auto expect_model = [](KvDtype dt, int heads, int q_len, int64_t block, int64_t item, int64_t split) {
+    SCOPED_TRACE(::testing::Message() << kv_dtype_name(dt) << " heads " << heads << " q_len " << q_len);
+    const CostModel c = sm90_cost_model(dt, heads, q_len);
+    EXPECT_EQ(c.per_kv_block, block);
+    EXPECT_EQ(c.per_item, item);
+    EXPECT_EQ(c.per_split, split);
+  };
+  expect_model(KvDtype::kBFloat16, 16, 1, 2400, 3000, 1000 + 64 * 16);
+  expect_model(KvDtype::kBFloat16, 17, 1, 2350, 8400, 1000 + 64 * 17);
+  expect_model(KvDtype::kBFloat16, 16, 4, 2350, 8400, 1000 + 64 * 64);
+  expect_model(KvDtype::kBFloat16, 96, 4, 2400, 3000, 1000 + 64 * 64);  // clusters: not refitted
+  expect_model(KvDtype::kFp8E4m3, 16, 1, 1000, 3000, 1000 + 64 * 16);
+  expect_model(KvDtype::kFp8E4m3, 12, 4, 1400, 8300, 1000 + 64 * 48);
+  expect_model(KvDtype::kFp8E4m3, 128, 1, 1220, 8250, 1000 + 64 * 64);
+  expect_model(KvDtype::kFp8E4m3PerBlock, 8, 2, 1000, 3000, 1000 + 64 * 16);
+  expect_model(KvDtype::kFp8E4m3PerBlock, 64, 1, 2200, 8600, 1000 + 64 * 64);
+  expect_model(KvDtype::kFp8E4m3PerBlock, 24, 9, 2120, 9090, 1000 + 64 * 64);
 }
 
 }  // namespace
