@@ -374,20 +374,19 @@ int run_bench(const BenchOptions& o) {
         if (combine_blocks > 0) {
           std::vector<unsigned long long> crec(size_t(combine_blocks) * 2);
           cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
-          unsigned long long decode_end = 0, c_start = ~0ull, c_end = 0;
+          unsigned long long decode_end = 0;
           for (int c = 0; c < ctas; ++c) decode_end = std::max(decode_end, rec[4 * c + 1]);
-          for (int k = 0; k < combine_blocks; ++k) {
-            if (crec[2 * k] == 0) continue;
-            c_start = std::min(c_start, crec[2 * k]);
-            c_end = std::max(c_end, crec[2 * k + 1]);
+          for (int k = 0; decode_end > 0 && k < combine_blocks; ++k) {
+            if (crec[2 * k] == 0) continue;  // an entry no block wrote
+            m.combine_intervals.push_back({(double(crec[2 * k]) - double(decode_end)) / 1e3,
+                                           (double(crec[2 * k + 1]) - double(decode_end)) / 1e3});
           }
-          if (c_end > 0 && decode_end > 0) {
-            m.combine_start_us = (double(c_start) - double(decode_end)) / 1e3;
-            m.combine_end_us = (double(c_end) - double(decode_end)) / 1e3;
-            for (int k = 0; k < combine_blocks; ++k) {
-              if (crec[2 * k] == 0) continue;
-              m.combine_intervals.push_back({(double(crec[2 * k]) - double(decode_end)) / 1e3,
-                                             (double(crec[2 * k + 1]) - double(decode_end)) / 1e3});
+          if (!m.combine_intervals.empty()) {
+            m.combine_start_us = m.combine_intervals[0][0];
+            m.combine_end_us = m.combine_intervals[0][1];
+            for (const auto& iv : m.combine_intervals) {
+              m.combine_start_us = std::min(m.combine_start_us, iv[0]);
+              m.combine_end_us = std::max(m.combine_end_us, iv[1]);
             }
           }
         }

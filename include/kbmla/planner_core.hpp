@@ -51,11 +51,20 @@ struct CostModel {
 inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 
 // The sm_90 kernels' models, by cache dtype and the query rows of one request
-// (heads x q_len). Split items: a split item writes rows x 512 fp32 of partial O that its
-// CTA must issue before its next item (2 KiB per row at the ~32 GB/s per-SM share of HBM:
-// ~64 ns), and the combine reads them back; measured on lognormal_H64_Sq1, where 64-row
-// partials cost ~10 points of copy bandwidth against the 16-row case with the same plan
-// (bench/NOTES.md, v4).
+// (heads x q_len): block and item costs for each class of rows (at most 16, 17..64 in one
+// 64-row tile, more than 64 in 2-CTA clusters). per_split follows the rows of one CTA: a
+// split item writes rows x 512 fp32 of partial O that its CTA must issue before its next
+// item (2 KiB per row at the ~32 GB/s per-SM share of HBM: ~64 ns), and the combine reads
+// them back; measured on lognormal_H64_Sq1, where 64-row partials cost ~10 points of copy
+// bandwidth against the 16-row case with the same plan (bench/NOTES.md, v4).
+struct RowClassCosts {
+  int64_t per_kv_block, per_item;
+};
+KBMLA_HD CostModel sm90_cost_model_by_rows(int rows, RowClassCosts narrow, RowClassCosts tile, RowClassCosts cluster) {
+  const RowClassCosts& k = rows <= 16 ? narrow : rows <= 64 ? tile : cluster;
+  return {k.per_kv_block, k.per_item, 1000 + 64 * int64_t{rows < 64 ? rows : 64}};
+}
+
 // Blocks and items of tiles of 17..64 rows (v28): a least-squares fit of each CTA's
 // measured busy time (bench --balance, 1,300-2,000 CTAs over 10-13 cases per kernel) on
 // its blocks, items and split items gave, in us per block / per item: bf16 2.35 / 8.4,
@@ -68,15 +77,9 @@ inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 // cases level. For tiles of at most 16 rows the fit (bf16 2.26 / 1.7, fp8 1.11 / 4.8,
 // per-block 1.34 / 4.4) changed no measured time, and bf16 above 64 rows (2-CTA clusters)
 // fitted poorly (rms 17 us; 1.94 us per item measured no better on the 96-head Kimi case):
-// both keep the older values. The fp8 clusters: below.
+// both keep the older values (2400 / 3000). The fp8 clusters: below.
 KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
-  CostModel c = kDefaultCostModel;
-  c.per_split = 1000 + 64 * int64_t{rows < 64 ? rows : 64};
-  if (rows > 16 && rows <= 64) {
-    c.per_kv_block = 2350;
-    c.per_item = 8400;
-  }
-  return c;
+  return sm90_cost_model_by_rows(rows, {2400, 3000}, {2350, 8400}, {2400, 3000});
 }
 
 // The fp8 (e4m3, per-tensor scale) kernel's model: a block of a tile of at most 16 rows
@@ -89,17 +92,7 @@ KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
 // kimi_lognormal_B32_Sq4_H96 (384 rows) 498.6 / 494.9 / 497.4 -> 458.5 / 457.2 / 465.5 us
 // (busy max/mean 1.12-1.17 -> 1.05-1.07), three alternated runs.
 KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
-  CostModel c = kDefaultCostModel;
-  c.per_split = 1000 + 64 * int64_t{rows < 64 ? rows : 64};
-  c.per_kv_block = 1000;
-  if (rows > 16 && rows <= 64) {
-    c.per_kv_block = 1400;
-    c.per_item = 8300;
-  } else if (rows > 64) {
-    c.per_kv_block = 1220;
-    c.per_item = 8250;
-  }
-  return c;
+  return sm90_cost_model_by_rows(rows, {1000, 3000}, {1400, 8300}, {1220, 8250});
 }
 
 // The fp8 kernel with per-block scales: as the per-tensor one up to 16 rows; its 17..64-row
@@ -107,15 +100,7 @@ KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
 // Its clusters (above 64 rows): 2.12 / 9.09 fitted; kimi_lognormal_B32_Sq4_H96 784.3 /
 // 785.4 / 787.3 -> 764.4 / 768.5 / 766.5 us.
 KBMLA_HD CostModel sm90_fp8_block_cost_model(int rows) {
-  CostModel c = sm90_fp8_cost_model(rows);
-  if (rows > 16 && rows <= 64) {
-    c.per_kv_block = 2200;
-    c.per_item = 8600;
-  } else if (rows > 64) {
-    c.per_kv_block = 2120;
-    c.per_item = 9090;
-  }
-  return c;
+  return sm90_cost_model_by_rows(rows, {1000, 3000}, {2200, 8600}, {2120, 9090});
 }
 
 struct PlanShape {

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kbmla/error.hpp"
 #include "src/common/per_device.hpp"
@@ -331,6 +332,9 @@ void reserve_spread_smem() {
   });
 }
 
+// A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).
+bool spreads(int64_t blocks, int sm_count) { return blocks > 0 && blocks <= sm_count; }
+
 template <int kWarps>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
@@ -340,7 +344,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
-  if (combine_spreads_blocks(p)) {
+  if (spreads(blocks, p.sm_count)) {
     reserve_spread_smem<kWarps>();
     config.dynamicSmemBytes = kSpreadSmemBytes;
   }
@@ -357,32 +361,23 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
 
 // 16 warps only when a wide request's splits exceed one round of 8 warps' prefetch;
 // 4 when every wide request fits one round of 4 warps' prefetch (17..36 splits: twice the
-// blocks per SM, each warp twice the loads in flight of 8 warps).
-static int combine_warps(const CombineParams& p) {
-  if (p.max_wide_splits > 8 * kPrefetch) return 16;
-  if (p.max_wide_splits > 0 && p.max_wide_splits <= 4 * kPrefetch) return 4;
-  return 8;
-}
-
-bool combine_spreads_blocks(const CombineParams& p) {
-  const int64_t blocks = combine_blocks(p);
-  return blocks > 0 && blocks <= p.sm_count;
+// blocks per SM, each warp twice the loads in flight of 8 warps). Calls f with the count
+// as a std::integral_constant.
+template <class F>
+static decltype(auto) with_combine_warps(const CombineParams& p, F&& f) {
+  if (p.max_wide_splits > 8 * kPrefetch) return f(std::integral_constant<int, 16>{});
+  if (p.max_wide_splits > 0 && p.max_wide_splits <= 4 * kPrefetch) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, 8>{});
 }
 
 int64_t combine_blocks(const CombineParams& p) {
-  switch (combine_warps(p)) {
-    case 16: return blocks_with<16>(p);
-    case 4: return blocks_with<4>(p);
-    default: return blocks_with<8>(p);
-  }
+  return with_combine_warps(p, [&](auto warps) { return blocks_with<warps()>(p); });
 }
 
+bool combine_spreads_blocks(const CombineParams& p) { return spreads(combine_blocks(p), p.sm_count); }
+
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  switch (combine_warps(p)) {
-    case 16: return launch_combine_with<16>(p, stream);
-    case 4: return launch_combine_with<4>(p, stream);
-    default: return launch_combine_with<8>(p, stream);
-  }
+  with_combine_warps(p, [&](auto warps) { launch_combine_with<warps()>(p, stream); });
 }
 
 }  // namespace kbmla
