@@ -19,15 +19,6 @@ namespace kbmla::tools {
 
 namespace {
 
-const char* fill_form_name(FillForm f) {
-  switch (f) {
-    case FillForm::kCuts: return "cuts";
-    case FillForm::kWhole: return "whole requests";
-    case FillForm::kGaps: return "gaps";
-  }
-  return "?";
-}
-
 struct PlanOptions {
   std::string seqlens_csv;
   std::string case_name;
@@ -85,7 +76,7 @@ nlohmann::json to_json(const PlanReport& r) {
   j["tile_rows"] = r.shape.tile_rows;
   j["cluster_size"] = r.shape.cluster_size;
   j["num_ctas"] = r.shape.num_ctas;
-  j["form"] = fill_form_name(r.plan.counts.form);
+  j["whole_requests"] = r.plan.counts.whole_requests;
   j["cost_model"] = {{"per_kv_block", r.shape.cost.per_kv_block},
                      {"per_item", r.shape.cost.per_item},
                      {"per_split", r.shape.cost.per_split}};
@@ -135,10 +126,10 @@ void print_report(const PlanReport& r) {
              "work)\n",
              r.name, r.shape.batch, r.shape.q_len, r.shape.heads, r.shape.causal ? "causal" : "not causal",
              r.shape.tile_rows, r.shape.cluster_size, r.shape.num_ctas, c.num_clusters, c.num_active_clusters);
-  fmt::print("work list: {} entries ({} items, at most {} per slot; form: {}); {} partial slots; workspace {} "
-             "bytes; host plan {:.1f} us\n",
-             c.work_list_len, c.num_items, c.max_items_per_cluster, fill_form_name(c.form), c.num_slots,
-             r.plan.workspace_bytes(512), r.plan_us);
+  fmt::print("work list: {} entries ({} items, at most {} per slot); {} partial slots; workspace {} bytes; "
+             "host plan {:.1f} us\n",
+             c.work_list_len, c.num_items, c.max_items_per_cluster, c.num_slots, r.plan.workspace_bytes(512),
+             r.plan_us);
   std::string hist;
   for (auto [s, n] : r.splits_histogram) hist += fmt::format(" {}x{}", n, s);
   fmt::print("splits per request (requests x splits):{}\n", hist);

@@ -18,9 +18,7 @@
 // pieces of one request go to consecutive slots and each cut advances the slot, a plan has
 // at most B + G - 1 pieces (G = slots) and at most 2 (G - 1) partial-output slots. When
 // whole requests, their q tiles spread over slots, fit within 1/16 of that cap, the plan
-// makes no cut at all (see fill). A third form (gaps, see fill_gaps) places the requests that
-// fit a slot whole first in each slot and fills the rest of the slot with pieces of the
-// long ones; the planner takes it when its least cap is lower.
+// makes no cut at all (see fill).
 //
 // Work-list form. We use the seed's walk with the wider column form: slot g's items sit
 // at entries g, g + A, g + 2A, ... followed by one negative entry, A being the slots that
@@ -131,13 +129,6 @@ enum PlanStatus : int {
   kPlanListTooLong = 3,        // the work list would exceed 2^31 - 1 entries
 };
 
-// How the fill pours requests into slots (see fill and fill_gaps).
-enum class FillForm : int32_t {
-  kCuts = 0,   // requests in index order, cut at slot boundaries
-  kWhole = 1,  // no cuts, q tiles spread over slots
-  kGaps = 2,   // short requests whole first in each slot, long ones cut into the room left
-};
-
 struct PlanCounts {
   int status = kPlanOk;
   int bad_index = -1;          // the request that caused a status other than kPlanOk
@@ -146,14 +137,13 @@ struct PlanCounts {
                                // the work list's column stride is this count
   int num_q_tiles = 0;         // T
   int64_t cap = 0;             // the per-slot cost limit the fill used
-  FillForm form = FillForm::kCuts;  // the fill's form
+  bool whole_requests = false; // the fill's form (see fill): no cuts, q tiles spread
   int max_items_per_cluster = 0;
   int work_list_len = 0;       // active slots * (max_items_per_cluster + 1)
   int num_items = 0;
   int num_pieces = 0;          // sum of num_splits
   int num_bounds = 0;          // sum of (num_splits + 1) over requests with work
   int num_slots = 0;           // partial-output slots (requests with > 1 split)
-  int num_split_requests = 0;  // requests with > 1 split (their bounds follow the others')
   int num_zero_fill = 0;       // q tiles with no visible key
 };
 
@@ -212,7 +202,7 @@ KBMLA_HD RequestInfo request_info(const PlanShape& p, int seqlen, int num_tiles)
 // requests do not fit the G slots at this cap. Two forms:
 //  - cuts allowed (the default): a piece of a request carries all its q tiles, in one
 //    slot; a request that does not fit the current slot is cut there;
-//  - whole requests (FillForm::kWhole): no cuts, and each q tile of a request is its own
+//  - whole requests (`whole_requests`): no cuts, and each q tile of a request is its own
 //    unit, so a request's tiles may go to different slots. The planner takes this form
 //    when it fits within 1/16 of the least cap with cuts (plan_measure_with): measured,
 //    uniform batches were cut to gain ~3 % of modelled balance and lost up to 16 % to
@@ -237,107 +227,12 @@ struct NullSink {
 // pieces, clusters and loads as the slot-by-slot loop, which kJump = false keeps as the
 // tests' oracle): a fill for one request of 2,048 blocks on 132 slots is then O(1) before
 // its pieces are emitted, instead of 132 iterations each with a division.
-// The gap form at capacity `cap`. A request is short when its whole cost fits a slot, long
-// otherwise. Each slot first takes short requests, whole and in index order, while they
-// fit; the room left goes to a piece of the current long request (longs in index order, cut
-// as in the cut form; a piece carries all the request's q tiles). Once the shorts are
-// placed the longs fill the remaining slots as in the cut form; once the longs are, the
-// shorts go on whole. Why: a skewed batch (one 131,072-token request, 127 of 1,024) poured
-// in index order puts the short requests two to a slot at a cap above the mean, while one
-// short request plus a piece of the long one per slot levels every slot (bench/NOTES.md,
-// v29). Each cut still closes its slot, so the cut form's bounds hold: at most B + G - 1
-// pieces, at most G - 1 requests with more than one split, and a split request's pieces
-// are emitted in order before the next long one starts (WriteSink relies on it); requests
-// complete out of index order.
-template <class Sink>
-KBMLA_HD bool fill_gaps(const PlanShape& p, const int32_t* seqlens, int num_tiles, int num_clusters, int64_t cap,
-                        Sink& sink) {
-  const CostModel c = p.cost;
-  auto whole_cost = [&](const RequestInfo& r) {
-    return int64_t{r.tiles} * (int64_t{r.blocks} * c.per_kv_block + c.per_item);
-  };
-  auto emit = [&](int cluster, int b, const RequestInfo& r, int split, int begin, int end) {
-    for (int t = r.first_tile; t < num_tiles; ++t) sink.piece(cluster, b, r, t, split, begin, end);
-  };
-  // The next short request at or after `from` (requests without work are reported done on
-  // the way: this cursor passes every request once), or the next long one.
-  RequestInfo rs{}, rl{};
-  auto next_short = [&](int from) {
-    for (int b = from; b < p.batch; ++b) {
-      const RequestInfo r = request_info(p, seqlens[b], num_tiles);
-      if (r.blocks == 0 || r.tiles == 0) {
-        sink.request_done(b, r, 0);
-      } else if (whole_cost(r) <= cap) {
-        rs = r;
-        return b;
-      }
-    }
-    return p.batch;
-  };
-  auto next_long = [&](int from) {
-    for (int b = from; b < p.batch; ++b) {
-      const RequestInfo r = request_info(p, seqlens[b], num_tiles);
-      if (r.blocks > 0 && r.tiles > 0 && whole_cost(r) > cap) {
-        rl = r;
-        return b;
-      }
-    }
-    return p.batch;
-  };
-  int s = next_short(0), l = next_long(0);
-  int split = 0, begin = 0;  // the current long request's next piece
-  FillState st;
-  while (s < p.batch || l < p.batch) {
-    if (st.cluster >= num_clusters) return false;
-    if (s < p.batch && st.load + whole_cost(rs) <= cap) {
-      emit(st.cluster, s, rs, 0, 0, rs.blocks);
-      st.load += whole_cost(rs);
-      sink.request_done(s, rs, 1);
-      s = next_short(s + 1);
-      continue;
-    }
-    if (l < p.batch) {
-      const int64_t nt = rl.tiles;
-      const int64_t piece_overhead = nt * (c.per_item + c.per_split);
-      const int remaining = rl.blocks - begin;
-      const int64_t space = cap - st.load - piece_overhead;
-      const int64_t fit = space >= 0 ? div_nonneg64(space, nt * c.per_kv_block) : 0;
-      if (split > 0 && fit >= remaining) {  // the long request's last piece; the slot may take more
-        emit(st.cluster, l, rl, split, begin, rl.blocks);
-        st.load += piece_overhead + nt * remaining * c.per_kv_block;
-        sink.request_done(l, rl, split + 1);
-        l = next_long(l + 1);
-        split = 0;
-        begin = 0;
-        continue;
-      }
-      if (fit >= rl.min_piece && fit < remaining && split + 1 < kMaxSplitsPerRequest) {
-        const int k = static_cast<int>(fit);
-        emit(st.cluster, l, rl, split, begin, begin + k);
-        st.load += piece_overhead + nt * k * c.per_kv_block;
-        ++split;
-        begin += k;
-      }
-    }
-    if (st.load == 0) return false;  // nothing fits an empty slot: cap too small
-    sink.cluster_done(st.cluster, st.load);
-    ++st.cluster;
-    st.load = 0;
-  }
-  if (st.load > 0) {
-    if (st.cluster >= num_clusters) return false;
-    sink.cluster_done(st.cluster, st.load);
-  }
-  return true;
-}
-
 template <class Sink, bool kJump = true>
 KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, int num_clusters, int64_t cap,
-                   FillForm form, Sink& sink) {
-  if (form == FillForm::kGaps) return fill_gaps(p, seqlens, num_tiles, num_clusters, cap, sink);
+                   bool whole_requests, Sink& sink) {
   const CostModel c = p.cost;
   FillState st;
-  if (form == FillForm::kWhole) {
+  if (whole_requests) {
     for (int b = 0; b < p.batch; ++b) {
       const RequestInfo r = request_info(p, seqlens[b], num_tiles);
       const bool work = r.blocks > 0 && r.tiles > 0;
@@ -477,27 +372,20 @@ struct CountSink {
   KBMLA_HD void request_done(int, const RequestInfo& r, int splits) {
     counts->num_pieces += splits;
     if (splits > 0) counts->num_bounds += splits + 1;
-    if (splits > 1) {
-      counts->num_slots += splits;
-      ++counts->num_split_requests;
-    }
+    if (splits > 1) counts->num_slots += splits;
     counts->num_zero_fill += r.tiles == 0 ? counts->num_q_tiles : r.first_tile;
   }
   KBMLA_HD void cluster_done(int, int64_t) {}
 };
 
-// Writes the work list, split table and zero-fill list (third pass). Bounds: requests of
-// one split first, from 0; split requests after them, from num_bounds minus their share.
-// So a split request's bounds stay contiguous while requests of one split complete between
-// its pieces (the gap form); split requests complete one after another in every form.
+// Writes the work list, split table and zero-fill list (third pass).
 struct WriteSink {
   const PlanShape* p;
   const PlanCounts* counts;
   PlanBuffers* out;
   int current_cluster = -1;
   int items_in_cluster = 0;
-  int single_bounds_used = 0;
-  int split_bounds_used = counts->num_bounds - (counts->num_slots + counts->num_split_requests);
+  int bounds_used = 0;
   int slots_used = 0;
   int zero_fill_used = 0;
   KBMLA_HD void entry(int cluster, int b, int tile, int split) {
@@ -512,27 +400,23 @@ struct WriteSink {
   KBMLA_HD void piece(int cluster, int b, const RequestInfo& r, int tile, int split, int begin, int end) {
     entry(cluster, b, tile, split);
     if (tile != r.first_tile) return;  // the request's other tiles share these bounds
-    // A first piece that ends before the request's last block is one of several.
-    if (split == 0) out->bounds_offset[b] = end < r.blocks ? split_bounds_used : single_bounds_used;
-    const int at = out->bounds_offset[b] + split;
-    out->bounds[at] = begin;
-    out->bounds[at + 1] = end;
+    if (split == 0) out->bounds_offset[b] = bounds_used;
+    out->bounds[bounds_used + split] = begin;
+    out->bounds[bounds_used + split + 1] = end;
   }
   KBMLA_HD void whole_request(int b, const RequestInfo& r) {
-    out->bounds_offset[b] = single_bounds_used;
-    out->bounds[single_bounds_used] = 0;
-    out->bounds[single_bounds_used + 1] = r.blocks;
+    out->bounds_offset[b] = bounds_used;
+    out->bounds[bounds_used] = 0;
+    out->bounds[bounds_used + 1] = r.blocks;
   }
   KBMLA_HD void request_done(int b, const RequestInfo& r, int splits) {
     out->num_splits[b] = splits;
     out->first_slot[b] = splits > 1 ? slots_used : -1;
-    if (splits > 1) {
-      slots_used += splits;
-      split_bounds_used += splits + 1;
-    } else if (splits == 1) {
-      single_bounds_used += 2;
+    if (splits > 1) slots_used += splits;
+    if (splits > 0) {
+      bounds_used += splits + 1;
     } else {
-      out->bounds_offset[b] = single_bounds_used;
+      out->bounds_offset[b] = bounds_used;
     }
     const int zero_tiles = r.tiles == 0 ? counts->num_q_tiles : r.first_tile;
     for (int t = 0; t < zero_tiles; ++t) out->zero_fill[zero_fill_used++] = make_work_entry(t, b, p->batch, 0);
@@ -619,7 +503,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   auto fits = [&](int64_t cap) {
     NullSink null_sink;
-    return fill(p, seqlens, T, G, cap, FillForm::kCuts, null_sink);
+    return fill(p, seqlens, T, G, cap, false, null_sink);
   };
   CapSearch search;
   search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
@@ -631,45 +515,32 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   while (!search.done()) search.update(ex.first_fitting(search, fits));
   counts.cap = search.high;
+  // Whole requests with their q tiles spread (see fill), if some cap within 1/16 of the
+  // least cap with cuts fits them: then the least such cap, found the same way. Measured
+  // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
+  // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was ~3 %.
   if (p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
-    // The least cap within [overhead-free bound, limit] that fits `form`, if `limit` does
-    // (found as above, the bracket known from the start); -1 otherwise.
-    const int64_t floor = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
-    auto least_cap = [&](FillForm form, int64_t limit) -> int64_t {
-      auto fits_form = [&](int64_t cap) {
-        NullSink null_sink;
-        return fill(p, seqlens, T, G, cap, form, null_sink);
-      };
-      if (limit <= floor || !ex.single([&] { return fits_form(limit); })) return -1;
-      CapSearch s;
-      s.low = floor < 0 ? 0 : floor;
-      s.high = limit;
-      s.step = 1;
-      s.found = true;
-      while (!s.done()) s.update(ex.first_fitting(s, fits_form));
-      return s.high;
+    auto fits_whole = [&](int64_t cap) {
+      NullSink null_sink;
+      return fill(p, seqlens, T, G, cap, true, null_sink);
     };
-    // The gap form (fill_gaps) when it fits a cap clearly below the cut form's: by 1/128,
-    // twice the searches' 1/256 tolerance, so that a tie keeps the cut form.
-    const int64_t gaps = least_cap(FillForm::kGaps, counts.cap - (counts.cap >> 7) - 1);
-    if (gaps >= 0) {
-      counts.cap = gaps;
-      counts.form = FillForm::kGaps;
-    }
-    // Whole requests with their q tiles spread (see fill), if some cap within 1/16 of the
-    // least cap so far fits them. Measured (bench/NOTES.md, v6-v8): on uniform batches
-    // static split 1, which is this form, was level with or up to 8 % ahead of the plan
-    // with cuts, whose modelled gain was ~3 %. (Whole requests cost exactly the total.)
-    const int64_t whole = least_cap(FillForm::kWhole, counts.cap + counts.cap / 16);
-    if (whole >= 0) {
-      counts.cap = whole;
-      counts.form = FillForm::kWhole;
+    const int64_t limit = counts.cap + counts.cap / 16;
+    if (ex.single([&] { return fits_whole(limit); })) {
+      CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
+      whole.low = ceil_div64(tc.total, G) - 1;
+      if (whole.low < 0) whole.low = 0;
+      whole.high = limit;
+      whole.step = 1;
+      whole.found = true;
+      while (!whole.done()) whole.update(ex.first_fitting(whole, fits_whole));
+      counts.cap = whole.high;
+      counts.whole_requests = true;
     }
   }
   counts = ex.single([&] {
     PlanCounts c = counts;
     CountSink count_sink(&c);
-    fill(p, seqlens, T, G, c.cap, c.form, count_sink);
+    fill(p, seqlens, T, G, c.cap, c.whole_requests, count_sink);
     return c;
   });
   if (p.fixed_grid) counts.num_active_clusters = G;
@@ -715,7 +586,7 @@ KBMLA_HD_NOINLINE inline int plan_write(const PlanShape& p, const int32_t* seqle
     for (int g = 0; g < counts.num_clusters; ++g) out.cluster_cost[g] = 0;
   }
   WriteSink sink{&p, &counts, &out};
-  fill(p, seqlens, counts.num_q_tiles, counts.num_clusters, counts.cap, counts.form, sink);
+  fill(p, seqlens, counts.num_q_tiles, counts.num_clusters, counts.cap, counts.whole_requests, sink);
   return kPlanOk;
 }
 

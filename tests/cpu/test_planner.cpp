@@ -58,31 +58,6 @@ TEST(Planner, SkewedBatchSplitsTheLongRequestAndKeepsShortOnesWhole) {
   EXPECT_LE(cost_stats(plan.cluster_cost).max_over_mean(), 1.05);
 }
 
-// The gap form: one short request whole plus a piece of the long one in each slot, when
-// its cap is lower than the cut form's by more than the searches' tolerance; on a tie the
-// cut form stays.
-TEST(Planner, SkewedBatchTakesTheGapFormWhenItsCapIsClearlyLower) {
-  std::vector<int32_t> seqlens(128, 1024);
-  seqlens[0] = 131072;
-  PlanShape s = sm90_shape(128, 1, 16);
-  s.cost = {2400, 3000, 1500};
-  HostPlan plan = make_host_plan(s, seqlens);
-  ASSERT_EQ(test::plan_violation(s, seqlens, plan), "");
-  EXPECT_EQ(plan.counts.form, FillForm::kGaps);
-  EXPECT_EQ(plan.counts.num_active_clusters, 132);
-  EXPECT_EQ(plan.num_splits[0], 132);
-  for (int b = 1; b < 128; ++b) EXPECT_EQ(plan.num_splits[b], 1) << b;
-  EXPECT_EQ(plan.counts.max_items_per_cluster, 2);
-  EXPECT_LE(cost_stats(plan.cluster_cost).max_over_mean(), 1.01);
-  // The split request's bounds follow those of the 127 whole ones, in order.
-  EXPECT_EQ(plan.bounds_offset[0], 2 * 127);
-  for (int k = 0; k < 132; ++k) EXPECT_LT(plan.bounds[2 * 127 + k], plan.bounds[2 * 127 + k + 1]) << k;
-  // With the default split cost the gap form's least cap (~82,500) is within 1/128 of
-  // the cut form's (82,806): a tie, the cut form stays.
-  s.cost = {2400, 3000, 2024};
-  EXPECT_EQ(make_host_plan(s, seqlens).counts.form, FillForm::kCuts);
-}
-
 TEST(Planner, EmptyRequestsAndMaskedTilesAreZeroFilled) {
   // 96 heads x q_len 4 = 384 rows = 3 tiles of 128; seqlen 2 < q_len makes tokens 0, 1
   // see nothing: rows 0..191, i.e. tile 0 and half of tile 1.

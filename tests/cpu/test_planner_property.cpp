@@ -73,16 +73,12 @@ class PlannerProperty : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlannerProperty, RandomConfigurationsHoldEveryInvariant) {
   std::mt19937_64 rng(0x6b626d6c61ull + GetParam());
-  std::uniform_int_distribution<int> split_cost_d(1, 6000);
-  int failures = 0, forms[3] = {0, 0, 0};
+  int failures = 0;
   for (int i = 0; i < kConfigsPerShard && failures < 5; ++i) {
     PlanShape s = random_shape(rng, 10);
     std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
     s.fixed_grid = i % 7 == 0;
-    // Split costs from nearly free to above a block's, so that every fill form is taken.
-    if (i % 3 == 1) s.cost.per_split = split_cost_d(rng);
     HostPlan plan = make_host_plan(s, seqlens);
-    ++forms[int(plan.counts.form)];
     const PlanCapacity cap = plan_capacity(s);
     if (plan.counts.work_list_len > cap.work_list || plan.counts.num_bounds > cap.bounds ||
         plan.counts.num_zero_fill > cap.zero_fill || plan.counts.num_slots > cap.partial_slots) {
@@ -100,8 +96,6 @@ TEST_P(PlannerProperty, RandomConfigurationsHoldEveryInvariant) {
                     << ::testing::PrintToString(seqlens);
     }
   }
-  // Each form was planned (and checked) many times in this shard.
-  for (int f = 0; f < 3; ++f) EXPECT_GT(forms[f], 100) << "form " << f << " planned " << forms[f] << " times";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shards, PlannerProperty, ::testing::Range(0, kShards));
@@ -130,9 +124,9 @@ TEST(PlannerFill, JumpOverFullSlotsEmitsWhatTheLoopEmits) {
     const int64_t cap = std::max<int64_t>(1, counts.cap * scale_d(rng) / 1000);
     RecordingSink jump, loop;
     const bool a = plan_detail::fill<RecordingSink, true>(s, seqlens.data(), counts.num_q_tiles, counts.num_clusters,
-                                                          cap, FillForm::kCuts, jump);
+                                                          cap, false, jump);
     const bool b = plan_detail::fill<RecordingSink, false>(s, seqlens.data(), counts.num_q_tiles,
-                                                           counts.num_clusters, cap, FillForm::kCuts, loop);
+                                                           counts.num_clusters, cap, false, loop);
     ASSERT_EQ(a, b) << "config " << i;
     if (a) {
       ASSERT_EQ(jump.events, loop.events) << "config " << i;

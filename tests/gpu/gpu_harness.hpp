@@ -9,7 +9,6 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -126,7 +125,6 @@ struct GpuCase {
   // reference's cache is then the decoded values rounded to bf16 (2^-9 relative, well
   // below the e4m3 errors the bars allow).
   bool fp8_block_any_scales = false;
-  std::optional<CostModel> cost;  // the planner's cost model, when not the kernel's default
 };
 
 struct GpuResult {
@@ -235,7 +233,6 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   options.policy = c.policy;
   options.num_ctas = c.num_ctas;
   options.static_splits = c.static_splits;
-  options.cost = c.cost;
   DevicePlan plan = DevicePlan::create(config, c.seqlens, options);
 
   DeviceProblem dev(data, plan);

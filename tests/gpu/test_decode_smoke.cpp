@@ -30,30 +30,6 @@ TEST(GpuSmoke, LongRequestIsSplitAndCombined) {
   expect_accurate(c, run_gpu_case(c));
 }
 
-// A plan of the gap form (a short request and a piece of the long one per slot; the long
-// request mid-batch, so requests complete between its pieces) in each cache format.
-TEST(GpuSmoke, GapFormPlanOfASkewedBatch) {
-  KBMLA_REQUIRE_SM90();
-  for (KvDtype dtype : {KvDtype::kBFloat16, KvDtype::kFp8E4m3, KvDtype::kFp8E4m3PerBlock}) {
-    GpuCase c{16, 1, std::vector<int32_t>(16, 1024)};
-    c.seqlens[5] = 16384;
-    c.num_ctas = 16;
-    c.fp8 = dtype == KvDtype::kFp8E4m3;
-    c.fp8_block = dtype == KvDtype::kFp8E4m3PerBlock;
-    c.cost = sm90_cost_model(dtype, c.heads, c.q_len);
-    c.cost->per_split = 500;
-    DecodeConfig config;
-    config.heads = c.heads;
-    config.kv_dtype = dtype;
-    PlanOptions options;
-    options.num_ctas = c.num_ctas;
-    options.cost = c.cost;
-    SCOPED_TRACE(kv_dtype_name(dtype));
-    ASSERT_EQ(make_host_plan(decode_plan_shape(config, 16, options), c.seqlens).counts.form, FillForm::kGaps);
-    expect_accurate(c, run_gpu_case(c));
-  }
-}
-
 TEST(GpuSmoke, HostRejectsBadArgumentsBeforeLaunch) {
   KBMLA_REQUIRE_SM90();
   DecodeConfig config;
