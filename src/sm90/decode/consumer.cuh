@@ -204,7 +204,12 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+      // Only consumer 0's S reads the Q tile: Q is given back after the item's last S, so
+      // that the next item's Q load overlaps this block's softmax, P V and the epilogue
+      // (it waited for all of them before).
+      const bool last_block = blk + 1 == it.blk_end;
       if constexpr (Mode == KernelMode::kLoadOnly) {
+        if (last_block) Mbarrier::arrive(q_empty);
         release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
@@ -222,6 +227,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         wgmma_commit();
         wgmma_wait<0>();
         fence_accumulators(s);
+        if (last_block) Mbarrier::arrive(q_empty);
 
         mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
         float mx0, mx1;
@@ -257,6 +263,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
         fence_view_async_shared();
         named_sync(kBarP, kConsumerThreads);
       } else {
+        if (last_block) Mbarrier::arrive(q_empty);
         named_sync(kBarP, kConsumerThreads);
         alpha0 = row_scale[r0];
         alpha1 = row_scale[r1];
@@ -276,7 +283,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       if constexpr (!softmax_owner) named_arrive(kBarPFree, kConsumerThreads);
       release_stage(empty + stage, lane, p.cluster_size);
     }
-    Mbarrier::arrive(q_empty);
+    if (it.blk_begin == it.blk_end) Mbarrier::arrive(q_empty);  // (no block gave it back)
     ++item_count;
 
     // Row statistics: consumer 0 reduces its quads' partial sums and publishes (max, sum).

@@ -400,6 +400,10 @@ struct PerBlockScaling {
   // for the row scales and always takes the quantiser's Q.
   static constexpr bool kInlineQ = kAcc_ == 8;
   static constexpr bool kRopeByTma = true;
+  // Q given back at the end of the item, as before: after the last S (run_consumer_loop)
+  // the 64-row tiles measured slower (lognormal_H16_Sq4 361 -> 370 us, B32_Sq4 318 -> 324;
+  // 2 more bytes of spills), the 16-row ones level.
+  static constexpr bool kEarlyQRelease = false;
   static constexpr int kQRows = Layout::kQRows;
   static constexpr int kQGroups = 64;  // the 512 latent columns
   static constexpr uint32_t kQBoxBytes = Layout::kQLatentBoxBytes;
