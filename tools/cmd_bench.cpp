@@ -26,6 +26,7 @@
 #include "src/sm90/decode/kernel.hpp"
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
+#include "tools/item_phases.hpp"
 
 #ifndef KBMLA_GIT_COMMIT
 #define KBMLA_GIT_COMMIT "unknown"
@@ -120,6 +121,7 @@ struct Measurement {
   double combine_start_us = -1, combine_end_us = -1;
   std::vector<std::array<double, 2>> combine_intervals;  // --balance: per block, us after the decode's end
   std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
+  ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
 };
 
 // One panel per policy, one row per SM, a bar for each CTA that ran there from its start to
@@ -364,13 +366,19 @@ int run_bench(const BenchOptions& o) {
         cuda_check(cudaMemset(tl.ptr, 0, size_t(ctas) * 32), "memset");
         DecodeArgs b = a;
         b.timeline = static_cast<unsigned long long*>(tl.ptr);
+        const size_t item_bytes = size_t(ctas) * kTimelineItems * 64;
+        DeviceBuffer itl(item_bytes);
+        cuda_check(cudaMemset(itl.ptr, 0, item_bytes), "memset");
+        b.item_timeline = static_cast<unsigned long long*>(itl.ptr);
         const int combine_blocks = combine_timeline_blocks(plan);
         DeviceBuffer ctl(size_t(std::max(combine_blocks, 1)) * 16);
         cuda_check(cudaMemset(ctl.ptr, 0, size_t(std::max(combine_blocks, 1)) * 16), "memset");
         if (combine_blocks > 0) b.combine_timeline = static_cast<unsigned long long*>(ctl.ptr);
         detail::decode_with_mode(plan, kv[0], b, mode);
-        std::vector<unsigned long long> rec(size_t(ctas) * 4);
+        std::vector<unsigned long long> rec(size_t(ctas) * 4), item_rec(item_bytes / 8);
         cuda_check(cudaMemcpy(rec.data(), tl.ptr, rec.size() * 8, cudaMemcpyDeviceToHost), "copy");
+        cuda_check(cudaMemcpy(item_rec.data(), itl.ptr, item_bytes, cudaMemcpyDeviceToHost), "copy");
+        m.item_phases = summarize_item_phases(rec, item_rec, ctas);
         if (combine_blocks > 0) {
           std::vector<unsigned long long> crec(size_t(combine_blocks) * 2);
           cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
@@ -495,6 +503,7 @@ int run_bench(const BenchOptions& o) {
                      (best.combine_end_us >= 0
                           ? fmt::format("  combine +{:.1f}..+{:.1f}", best.combine_start_us, best.combine_end_us)
                           : std::string()) +
+                     format_item_phases(best.item_phases) +
                      (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
                           {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
@@ -521,6 +530,7 @@ int run_bench(const BenchOptions& o) {
         nlohmann::json cta_intervals = nlohmann::json::array();
         for (const auto& iv : best.intervals) cta_intervals.push_back({iv[0], iv[1], int(iv[2])});
         r["cta_intervals"] = std::move(cta_intervals);
+        if (!best.item_phases.empty()) r["item_phases"] = item_phases_json(best.item_phases);
       }
       results.push_back(r);
       if (!best.intervals.empty()) for_svg.push_back(best);

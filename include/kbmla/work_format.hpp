@@ -79,6 +79,11 @@ static_assert(sizeof(DevicePlanHeader) == 32, "header layout is shared by host a
 
 constexpr size_t kWorkspaceAlign = 256;
 
+// DecodeArgs::item_timeline: the first kTimelineItems items of each CTA, kItemPhases
+// timestamps each (in 8 slots).
+constexpr int kTimelineItems = 8;
+constexpr int kItemPhases = 5;
+
 KBMLA_HD size_t align_up(size_t bytes, size_t align) { return (bytes + align - 1) / align * align; }
 
 struct WorkspaceLayout {

@@ -467,6 +467,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
   p.timeline = a.timeline;
+  p.item_timeline = a.item_timeline;
   p.work_list = P.work_list;
   p.plan_header = P.device_planned ? P.header : nullptr;
   p.splits = P.splits;

@@ -150,6 +150,13 @@ __device__ __forceinline__ void record_timeline_end(const DecodeParams& p, int i
   rec[2] = sm_id();
   rec[3] = items;
 }
+// Phase `phase` of this CTA's item `item` (DecodeArgs::item_timeline); the caller tests
+// p.item_timeline and picks one thread.
+__device__ __forceinline__ void record_item_phase(const DecodeParams& p, int item, int phase) {
+  if (item >= kTimelineItems) return;
+  const int64_t cta = int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x;
+  p.item_timeline[8 * (kTimelineItems * cta + item) + phase] = global_timer_ns();
+}
 
 // kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns
 // 256..511). Two instantiations, so each role's wgmma sequence is straight-line code
@@ -183,6 +190,8 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
+    const bool phases = kSoftmaxOwner && p.item_timeline != nullptr && tid == 0;
+    if (phases) record_item_phase(p, item_count, 0);
     // Context-parallel positions are checked here, not in resolve_item: the producer's 40
     // registers spilled with it. Inconsistent ones only change which keys are masked.
     if (softmax_owner && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
@@ -192,6 +201,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
     const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
     const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
     if constexpr (softmax_owner) Mbarrier::wait(q_full, item_count & 1);
+    if (phases) record_item_phase(p, item_count, 1);
 
     float o[128];
 #pragma unroll
@@ -202,6 +212,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      if (phases && blk == it.blk_begin) record_item_phase(p, item_count, 2);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       // Only consumer 0's S reads the Q tile: Q is given back after the item's last S, so
@@ -284,6 +295,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
       release_stage(empty + stage, lane, p.cluster_size);
     }
     if (it.blk_begin == it.blk_end) Mbarrier::arrive(q_empty);  // (no block gave it back)
+    if (phases) record_item_phase(p, item_count, 3);
     ++item_count;
 
     // Row statistics: consumer 0 reduces its quads' partial sums and publishes (max, sum).
@@ -293,6 +305,7 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
     const float2 st0 = stats[r0], st1 = stats[r1];
     write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
     write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
+    if (phases) record_item_phase(p, item_count - 1, 4);
   }
   if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
   // Consume consumer 1's arrival after the last block, so no barrier is left half-done.

@@ -207,6 +207,10 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
+    // (Tiles of at most 16 rows only: in the wide consumers the timestamps moved ptxas's
+    // spills, 44 / 40 -> 44 / 56 bytes, and the per-block kernel's 288 / 300 -> 296 / 324.)
+    const bool phases = kAcc == 8 && wg == 0 && p.item_timeline != nullptr && tid == 0;
+    if (phases) record_item_phase(p, item_count, 0);
     // (Context-parallel positions are checked by the Q loader thread.)
     // (p is in the constant bank: testing p.q_inline again costs no register.)
     if (kMayQuantiseQ && p.q_inline) {
@@ -223,6 +227,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       sc.begin_item(rows, p, it, global_q_scales(p, it));
       Mbarrier::wait(q_full, item_count & 1);
     }
+    if (phases) record_item_phase(p, item_count, 1);
 
     float o[4][kAcc];
 #pragma unroll
@@ -245,6 +250,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       sc.wait_stage(stage, (block_count / kStages) & 1);
+      if (phases && blk == it.blk_begin) record_item_phase(p, item_count, 2);
       bad |= stage_flags[stage] != 0;
       if constexpr (Mode == KernelMode::kLoadOnly) {
         release_stage(empty + stage, lane, p.cluster_size);
@@ -330,6 +336,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
       release_stage(empty + stage, lane, p.cluster_size);
     }
     if (q_by_tma && !q_given) Mbarrier::arrive(q_empty);  // (per-block, or no own block)
+    if (phases) record_item_phase(p, item_count, 3);
     ++item_count;
 
     sc.finish_o(o);
@@ -339,6 +346,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     rows.publish_stats(wg, stats + wg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
     write_item_output_transposed(p, it, wg, warp, lane, stats, sc.out_scale(), bad, o);
+    if (phases) record_item_phase(p, item_count - 1, 4);
   }
   if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }

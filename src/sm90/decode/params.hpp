@@ -64,6 +64,7 @@ struct DecodeParams {
   float* partial_lse;
   uint32_t* error_word;
   unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA
+  unsigned long long* item_timeline;  // optional: DecodeArgs::item_timeline
   // Plan.
   const DevicePlanHeader* plan_header;  // device-made plans: a failed plan means no work
   KernelPolicy policy;
