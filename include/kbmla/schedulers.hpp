@@ -108,11 +108,10 @@ class WorkListTileScheduler {
                                  int current_work_linear_idx, int num_ctas)
       : params_(params), work_list_(work_list), linear_idx_(current_work_linear_idx), num_ctas_(num_ctas) {}
 
-  KBMLA_HD WorkTileInfo current_work() const { return work_of(work_list_[linear_idx_ / params_.cluster_m]); }
-  // The current position's work given its entry (read elsewhere).
-  KBMLA_HD WorkTileInfo work_of(int32_t entry) const {
+  KBMLA_HD WorkTileInfo current_work() const {
     int cluster = linear_idx_ / params_.cluster_m;
     int cta = linear_idx_ - cluster * params_.cluster_m;
+    int32_t entry = work_list_[cluster];
     int32_t packed = entry > 0 ? entry : 0;
     int b_idx;
     int s_idx = params_.b_fdd.divmod(work_entry_tile_batch(packed), b_idx);

@@ -3,7 +3,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstring>
@@ -332,7 +331,6 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   impl->splits = {d + n_wl, d + n_wl + B, d + n_wl + 2 * B, d + n_wl + 3 * B};
   impl->zero_fill = d + n_wl + 3 * B + n_bounds;
   impl->split_requests_dev = impl->zero_fill + n_zero;
-  impl->first_items = detail::first_item_hints(h, options.policy == Policy::kWorkList);
   return DevicePlan(std::move(impl));
 }
 
@@ -498,10 +496,6 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       break;
   }
   p.grid_ctas = int(grid.x);
-  // (Device-made plans leave P.first_items empty: their work list is the device's.)
-  p.first_items_valid = p.policy == sm90::KernelPolicy::kWorkList && !P.first_items.empty() &&
-                        P.first_items.size() == size_t(h.counts.num_active_clusters);
-  if (p.first_items_valid) std::copy(P.first_items.begin(), P.first_items.end(), p.first_items);
   if (grid.x > 0) {
     const CUtensorMap& kv_map = *reinterpret_cast<const CUtensorMap*>(cache.tensor_map());
     if (per_block) {

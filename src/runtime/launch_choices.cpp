@@ -91,24 +91,6 @@ int combine_timeline_blocks(const DevicePlan& plan) {
   return int(combine_blocks(detail::combine_plan_params(plan.impl())));
 }
 
-std::vector<sm90::FirstItemHint> detail::first_item_hints(const HostPlan& h, bool work_list) {
-  const int slots = h.counts.num_active_clusters;
-  if (!work_list || slots > sm90::kFirstItemSlots) return {};
-  std::vector<sm90::FirstItemHint> hints(size_t(slots), sm90::FirstItemHint{kNoWork, 0, 0, 0});
-  for (int g = 0; g < slots && size_t(g) < h.work_list.size(); ++g) {
-    const int32_t entry = h.work_list[size_t(g)];
-    if (entry < 0) continue;
-    const int batch = work_entry_tile_batch(entry) % h.shape.batch;
-    const int split = work_entry_split(entry);
-    const int ns = h.num_splits[size_t(batch)];
-    const int off = h.bounds_offset[size_t(batch)];
-    const int slot = ns > 1 ? h.first_slot[size_t(batch)] + split : -1;
-    hints[size_t(g)] = {entry, h.bounds[size_t(off + split)], h.bounds[size_t(off + split + 1)],
-                        ((slot + 1) << 1) | (split == ns - 1 ? 1 : 0)};
-  }
-  return hints;
-}
-
 int timeline_ctas(const DevicePlan& plan) {
   const DevicePlan::Impl& P = plan.impl();
   const HostPlan& h = P.host;

@@ -11,7 +11,6 @@
 #include "src/combine/combine.hpp"
 #include "src/plan/device_planner.hpp"
 #include "src/runtime/tensor_maps.hpp"
-#include "src/sm90/decode/params.hpp"
 
 namespace kbmla {
 
@@ -34,9 +33,6 @@ struct DevicePlan::Impl {
   DevicePlanHeader* header = nullptr;
   DevicePlanBuffers buffers{};
   mutable detail::QMapCache q_maps;  // the last Q maps (see q_maps_for, fp8_q_maps_for)
-  // Host-made work-list plans of at most sm90::kFirstItemSlots active slots: each slot's
-  // first item for the kernel parameters (DecodeParams::first_items); empty otherwise.
-  std::vector<sm90::FirstItemHint> first_items;
   ~Impl() {
     if (device != nullptr) cudaFree(device);
   }
@@ -54,10 +50,6 @@ bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows);
 
 // What the combine takes from the plan (the per-call pointers are the caller's to add).
 CombineParams combine_plan_params(const DevicePlan::Impl& P);
-
-// Each active slot's first item of a host-made work-list plan (the kernel's
-// DecodeParams::first_items); empty for static plans or more than kFirstItemSlots slots.
-std::vector<sm90::FirstItemHint> first_item_hints(const HostPlan& h, bool work_list);
 
 }  // namespace detail
 }  // namespace kbmla

@@ -144,36 +144,5 @@ TEST(LaunchChoices, CombineBlocksGetAnSmEachOnlyWhenTheGridFitsTheSms) {
   EXPECT_FALSE(combine_spreads_blocks(p));
 }
 
-// Each slot's first-item hint is what the kernel's resolve would read from the plan: the
-// entry, its split's blocks, its partial slot and whether the split is the request's last;
-// static plans and grids beyond kFirstItemSlots slots get none.
-TEST(LaunchChoices, FirstItemHintsCopyThePlan) {
-  std::vector<int32_t> seqlens(40, 3000);
-  seqlens[3] = 200000;  // split over many slots
-  seqlens[7] = 0;       // no work
-  for (int heads : {16, 128}) {
-    auto P = host_plan(heads, 1, seqlens, 132);
-    const HostPlan& h = P->host;
-    const auto hints = detail::first_item_hints(h, true);
-    ASSERT_EQ(int(hints.size()), h.counts.num_active_clusters);
-    int split_hints = 0;
-    for (int g = 0; g < int(hints.size()); ++g) {
-      const int32_t entry = h.work_list[size_t(g)];
-      ASSERT_EQ(hints[size_t(g)].entry, entry) << g;
-      if (entry < 0) continue;
-      const int b = work_entry_tile_batch(entry) % h.shape.batch, k = work_entry_split(entry);
-      const int ns = h.num_splits[size_t(b)], off = h.bounds_offset[size_t(b)];
-      EXPECT_EQ(hints[size_t(g)].blk_begin, h.bounds[size_t(off + k)]) << g;
-      EXPECT_EQ(hints[size_t(g)].blk_end, h.bounds[size_t(off + k + 1)]) << g;
-      EXPECT_EQ((hints[size_t(g)].slot_last >> 1) - 1, ns > 1 ? h.first_slot[size_t(b)] + k : -1) << g;
-      EXPECT_EQ(hints[size_t(g)].slot_last & 1, k == ns - 1 ? 1 : 0) << g;
-      split_hints += ns > 1;
-    }
-    EXPECT_GT(split_hints, 0);
-  }
-  EXPECT_TRUE(detail::first_item_hints(host_plan(16, 1, seqlens, 132, Policy::kStatic, 2)->host, false).empty());
-  EXPECT_TRUE(detail::first_item_hints(host_plan(16, 1, std::vector<int32_t>(400, 8192), 400)->host, true).empty());
-}
-
 }  // namespace
 }  // namespace kbmla

@@ -186,9 +186,9 @@ __device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* sme
   int item_count = 0;
   int block_count = 0;
   if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_start(p);
-  TileWalker walker(p, /*use_first_hint=*/true);
+  TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = walker.resolve(p, w);
+    const Item it = resolve_item(p, w);
     if (!it.run) continue;
     const bool phases = kSoftmaxOwner && p.item_timeline != nullptr && tid == 0;
     if (phases) record_item_phase(p, item_count, 0);

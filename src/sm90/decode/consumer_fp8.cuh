@@ -203,9 +203,9 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
   int item_count = 0;
   int block_count = 0;
   if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_start(p);
-  TileWalker walker(p, /*use_first_hint=*/kAcc == 8);
+  TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = walker.resolve(p, w);
+    const Item it = resolve_item(p, w);
     if (!it.run) continue;
     // (Tiles of at most 16 rows only: in the wide consumers the timestamps moved ptxas's
     // spills, 44 / 40 -> 44 / 56 bytes, and the per-block kernel's 288 / 300 -> 296 / 324.)

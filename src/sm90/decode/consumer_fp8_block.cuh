@@ -31,7 +31,8 @@ __device__ __forceinline__ void run_scale_helper(const DecodeParams& p, uint8_t*
   float4* factors = reinterpret_cast<float4*>(smem + SmemLayout::group_factors);
   const int lane = threadIdx.x % 32;
   int block_count = 0;
-  for_each_work_item<kNarrow>(p, [&](const Item& it) {
+  for_each_work_tile(p, [&](const WorkTileInfo& w) {
+    const Item it = resolve_item(p, w);
     if (!it.run) return;
     float4 m = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {

@@ -53,13 +53,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
       // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
       if (p.gather_rows) {
-        run_kv_loader<kMode, QkBoxes, true, Fp8Smem, kAcc == 8>(p, kv, smem);
+        run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
       } else {
-        run_kv_loader<kMode, QkBoxes, false, Fp8Smem, kAcc == 8>(p, kv, smem);
+        run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
       }
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1 (p.q_inline: checks only)
       grid_dependency_wait();  // the quantised Q
-      run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true, /*kFirstHint=*/kAcc == 8>(p, &q_maps, smem);
+      run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     }
   } else if (kTwoCopies) {
     // Each consumer its own copy (the setmaxnreg in each branch, as ptxas allocates per

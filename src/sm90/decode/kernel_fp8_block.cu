@@ -39,13 +39,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0) {
       PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
       if (p.gather_rows) {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem, kNarrow>(p, kv, smem);
+        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
       } else {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem, kNarrow>(p, kv, smem);
+        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
       }
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the rope part only)
       grid_dependency_wait();          // the quantised Q
-      run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true, /*kFirstHint=*/kNarrow>(p, &q_maps, smem);
+      run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     } else if (warp == 2) {
       run_scale_helper<kNarrow>(p, smem);
     }

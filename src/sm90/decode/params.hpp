@@ -18,19 +18,6 @@ enum class KernelPolicy : int { kWorkList = 0, kStatic = 1, kStaticPersistent = 
 // completes each stage without loading (the tensor and softmax ceiling).
 enum class KernelMode : int { kFull = 0, kLoadOnly = 1, kMathOnly = 2 };
 
-// A cluster slot's first work item as the host plan has it: the work-list entry, its
-// split's KV blocks, and its partial slot (ns > 1) with whether it is the request's last
-// split, as ((slot + 1) << 1) | last (slot -1: one split). With it a CTA's first item needs
-// only its request's seqlen from memory instead of three dependent plan loads (work.cuh;
-// bench/NOTES.md v29: a CTA waits 4.5-7 us for its first KV block).
-struct FirstItemHint {
-  int32_t entry;
-  int32_t blk_begin, blk_end;
-  int32_t slot_last;
-};
-// Slots that get hints (H100 / H200: 132 SMs, B200: 148); 2.5 KiB of kernel parameters.
-constexpr int kFirstItemSlots = 160;
-
 struct DecodeParams {
   // Problem.
   int batch;
@@ -85,10 +72,6 @@ struct DecodeParams {
   SplitTableView splits;
   StaticTileSchedulerParams sched;  // B, q tiles, cluster, split_kv (static) / B for decode
   int grid_ctas;                    // CTAs in the (flattened) grid
-  // Host-made work-list plans of at most kFirstItemSlots slots: every slot's first item
-  // (first_items_valid); otherwise unset and every item is resolved from the plan.
-  bool first_items_valid;
-  FirstItemHint first_items[kFirstItemSlots];
 };
 
 }  // namespace kbmla::sm90

@@ -273,8 +273,7 @@ struct PagedKvLoader {
 // stream in while the consumers still finish the current item.
 // kCheckDcp: this thread also checks each item's context-parallel positions (the fp8
 // kernel, whose consumers have no register to spare for it; bf16: consumer 0 does).
-// kFirstHint: the first item from its hint (work.cuh; not in the wide fp8 kernels).
-template <int QkBoxes, class Smem = Bf16Smem, bool kCheckDcp = false, bool kFirstHint = true>
+template <int QkBoxes, class Smem = Bf16Smem, bool kCheckDcp = false>
 __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps* q_maps, uint8_t* smem) {
   using Layout = typename Smem::Layout;
   constexpr uint32_t kQBoxBytes = Smem::kQBoxBytes;  // the Q map's box: 64 rows, or 16 (Fp8BlockSmem<true>)
@@ -282,9 +281,9 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
   int item_count = 0;
-  TileWalker walker(p, kFirstHint);
+  TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = walker.resolve(p, w);
+    const Item it = resolve_item(p, w);
     if (!it.run) continue;
     if constexpr (kCheckDcp) {
       if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
@@ -333,8 +332,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 
 // KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
 // data errors (seqlens, page indices) to the error word.
-// kFirstHint: as run_q_loader's.
-template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem, bool kFirstHint = true>
+template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
                                               uint8_t* smem) {
   using Layout = typename Smem::Layout;
@@ -347,7 +345,8 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   uint32_t errors = 0;
   int block_count = 0;
   const int rank = cta_rank_in_cluster();
-  for_each_work_item<kFirstHint>(p, [&](const Item& it) {
+  for_each_work_tile(p, [&](const WorkTileInfo& w) {
+    const Item it = resolve_item(p, w);
     errors |= it.errors;
     if (!it.run) return;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {

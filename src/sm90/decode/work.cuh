@@ -22,11 +22,50 @@ struct Item {
   uint32_t errors;   // DeviceErrorBits seen while resolving
 };
 
-// The hint of this CTA's first item (DecodeParams::first_items), or null: static
-// policies, device-made plans, or grids with more slots than hints.
-__device__ __forceinline__ const FirstItemHint* first_item_hint(const DecodeParams& p) {
-  if (p.policy != KernelPolicy::kWorkList || !p.first_items_valid) return nullptr;
-  return &p.first_items[blockIdx.x / p.cluster_size];
+class TileWalker {
+ public:
+  __device__ TileWalker(const DecodeParams& p)
+      : policy_(p.policy),
+        static_(p.sched, int(blockIdx.x), int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.grid_ctas),
+        list_(p.sched, p.work_list, int(blockIdx.x), p.grid_ctas) {}
+
+  __device__ WorkTileInfo current() const {
+    return policy_ == KernelPolicy::kWorkList ? list_.current_work() : static_.current_work();
+  }
+  __device__ void advance() {
+    if (policy_ == KernelPolicy::kWorkList) {
+      list_.advance();
+    } else {
+      static_.advance();
+    }
+  }
+
+ private:
+  KernelPolicy policy_;
+  StaticTileScheduler static_;
+  WorkListTileScheduler list_;
+};
+
+// A device-made plan that failed means no work: every CTA returns (the header is one for
+// the grid, so a cluster leaves together before any multicast); CTA 0 reports it.
+__device__ __forceinline__ bool plan_failed(const DecodeParams& p) {
+  if (p.plan_header == nullptr || p.plan_header->status == 0) return false;
+  if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
+  return true;
+}
+
+// Calls visit(tile) for every work tile of this CTA, the walk of TileWalker, but with one
+// loop per policy: only the active scheduler's state is live, which the producer's 40
+// registers need (holding both schedulers' state spilled there).
+template <class Visit>
+__device__ __forceinline__ void for_each_work_tile(const DecodeParams& p, Visit&& visit) {
+  if (p.policy == KernelPolicy::kWorkList) {
+    WorkListTileScheduler s(p.sched, p.work_list, int(blockIdx.x), p.grid_ctas);
+    for (WorkTileInfo w = s.current_work(); w.valid; s.advance(), w = s.current_work()) visit(w);
+  } else {
+    StaticTileScheduler s(p.sched, int(blockIdx.x), int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.grid_ctas);
+    for (WorkTileInfo w = s.current_work(); w.valid; s.advance(), w = s.current_work()) visit(w);
+  }
 }
 
 // Keys visible to row r (within the request): [0, visible_keys).
@@ -35,11 +74,7 @@ __device__ __forceinline__ int visible_keys(const DecodeParams& p, int batch, in
   return p.vis.visible(batch, seqlen, row);
 }
 
-// The item of work tile `w`: its seqlen from memory, its split's blocks and partial slot
-// from the plan's split table, or from `hint` (the host plan's copy of them, for a CTA's
-// first item: then the seqlen is the only load).
-__device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTileInfo& w,
-                                             const FirstItemHint* hint = nullptr) {
+__device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTileInfo& w) {
   Item it{};
   it.q_tile = w.q_tile;
   it.batch = w.batch;
@@ -60,95 +95,22 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   // box and masks; its epilogue writes nothing for rows >= p.rows.
   const int tile_begin = w.q_tile * p.tile_rows;
   it.row_begin = tile_begin + w.cta_in_cluster * kRowsPerCta;
-  int b0, b1;
-  bool last;
-  if (hint != nullptr) {  // (a listed entry: its request has work and the split exists)
-    it.run = tile_begin < p.rows;
-    if (!it.run) return it;
-    b0 = hint->blk_begin;
-    b1 = hint->blk_end;
-    last = (hint->slot_last & 1) != 0;
-    it.slot = (hint->slot_last >> 1) - 1;
-  } else {
-    const int ns = p.splits.num_splits[w.batch];
-    it.run = tile_begin < p.rows && ns > 0 && w.split < ns;
-    if (!it.run) return it;
-    const int off = p.splits.bounds_offset[w.batch];
-    b0 = p.splits.bounds[off + w.split];
-    b1 = p.splits.bounds[off + w.split + 1];
-    last = w.split == ns - 1;
-    if (ns > 1) it.slot = p.splits.first_slot[w.batch] + w.split;
-  }
+  const int ns = p.splits.num_splits[w.batch];
+  it.run = tile_begin < p.rows && ns > 0 && w.split < ns;
+  if (!it.run) return it;
+  const int off = p.splits.bounds_offset[w.batch];
+  const int b0 = p.splits.bounds[off + w.split];
+  const int b1 = p.splits.bounds[off + w.split + 1];
   const int blocks = (L + kBlockTokens - 1) / kBlockTokens;
   // The last split must end exactly at the request's last block: otherwise the seqlens
   // on the device are not the ones the plan was made for.
-  if (last && b1 != blocks) it.errors |= kErrPlanMismatch;
+  if (w.split == ns - 1 && b1 != blocks) it.errors |= kErrPlanMismatch;
   const int last_row = min(p.rows, tile_begin + p.tile_rows) - 1;
   const int visible_blocks = (visible_keys(p, w.batch, L, last_row) + kBlockTokens - 1) / kBlockTokens;
   it.blk_begin = b0;
   it.blk_end = max(b0, min(b1, visible_blocks));
+  if (ns > 1) it.slot = p.splits.first_slot[w.batch] + w.split;
   return it;
-}
-
-// use_first_hint (a constant at each call site): take the first item from its hint. The
-// wide fp8 consumers walk without it: the hint's pointer held across their loop moved
-// ptxas's spills (44 / 40 -> 74 / 68 bytes; per-block 288 / 300 -> 280 / 472).
-class TileWalker {
- public:
-  __device__ TileWalker(const DecodeParams& p, bool use_first_hint)
-      : policy_(p.policy),
-        static_(p.sched, int(blockIdx.x), int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.grid_ctas),
-        list_(p.sched, p.work_list, int(blockIdx.x), p.grid_ctas),
-        hint_(use_first_hint ? first_item_hint(p) : nullptr) {}
-
-  __device__ WorkTileInfo current() const {
-    if (policy_ != KernelPolicy::kWorkList) return static_.current_work();
-    return hint_ != nullptr ? list_.work_of(hint_->entry) : list_.current_work();
-  }
-  // The item of current(): the first from its hint when there is one.
-  __device__ Item resolve(const DecodeParams& p, const WorkTileInfo& w) const { return resolve_item(p, w, hint_); }
-  __device__ void advance() {
-    hint_ = nullptr;
-    if (policy_ == KernelPolicy::kWorkList) {
-      list_.advance();
-    } else {
-      static_.advance();
-    }
-  }
-
- private:
-  KernelPolicy policy_;
-  StaticTileScheduler static_;
-  WorkListTileScheduler list_;
-  const FirstItemHint* hint_;
-};
-
-// A device-made plan that failed means no work: every CTA returns (the header is one for
-// the grid, so a cluster leaves together before any multicast); CTA 0 reports it.
-__device__ __forceinline__ bool plan_failed(const DecodeParams& p) {
-  if (p.plan_header == nullptr || p.plan_header->status == 0) return false;
-  if (blockIdx.x == 0 && threadIdx.x == 0) atomicOr(p.error_word, kErrPlanFailed);
-  return true;
-}
-
-// Calls visit(item) for every work tile of this CTA, resolved (items that do not run
-// included: their errors count), the walk of TileWalker, but with one loop per policy:
-// only the active scheduler's state is live, which the producer's 40 registers need
-// (holding both schedulers' state spilled there). kFirstHint: as TileWalker's
-// use_first_hint (the wide fp8 kernels' producers spilled with it).
-template <bool kFirstHint, class Visit>
-__device__ __forceinline__ void for_each_work_item(const DecodeParams& p, Visit&& visit) {
-  if (p.policy == KernelPolicy::kWorkList) {
-    WorkListTileScheduler s(p.sched, p.work_list, int(blockIdx.x), p.grid_ctas);
-    const FirstItemHint* hint = kFirstHint ? first_item_hint(p) : nullptr;
-    for (WorkTileInfo w = hint != nullptr ? s.work_of(hint->entry) : s.current_work(); w.valid;
-         s.advance(), w = s.current_work(), hint = nullptr) {
-      visit(resolve_item(p, w, hint));
-    }
-  } else {
-    StaticTileScheduler s(p.sched, int(blockIdx.x), int(blockIdx.x), int(blockIdx.y), int(blockIdx.z), p.grid_ctas);
-    for (WorkTileInfo w = s.current_work(); w.valid; s.advance(), w = s.current_work()) visit(resolve_item(p, w));
-  }
 }
 
 }  // namespace kbmla::sm90
