@@ -138,8 +138,11 @@ __device__ __forceinline__ void publish_row_stats(float2* stats, int lane, int r
 
 // --balance instrumentation: this CTA's {start ns, end ns, SM, items}. The start is
 // stored when taken (holding it in registers across the loop spilled in the fp8 kernel).
+__device__ __forceinline__ int64_t timeline_cta() {
+  return int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x;
+}
 __device__ __forceinline__ unsigned long long* timeline_record(const DecodeParams& p) {
-  return p.timeline + 4 * (int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x);
+  return p.timeline + 4 * timeline_cta();
 }
 __device__ __forceinline__ void record_timeline_start(const DecodeParams& p) {
   timeline_record(p)[0] = global_timer_ns();
@@ -154,8 +157,7 @@ __device__ __forceinline__ void record_timeline_end(const DecodeParams& p, int i
 // p.item_timeline and picks one thread.
 __device__ __forceinline__ void record_item_phase(const DecodeParams& p, int item, int phase) {
   if (item >= kTimelineItems) return;
-  const int64_t cta = int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x;
-  p.item_timeline[8 * (kTimelineItems * cta + item) + phase] = global_timer_ns();
+  p.item_timeline[8 * (kTimelineItems * timeline_cta() + item) + phase] = global_timer_ns();
 }
 
 // kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns
