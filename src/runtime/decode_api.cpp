@@ -437,6 +437,11 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.cluster_size = h.shape.cluster_size;
   p.page_size = c.page_size;
   p.page_log2 = __builtin_ctz(unsigned(c.page_size));  // a power of two (validate_config)
+  // The per-tensor fp8 cache's narrow tiles load pages of 64 tokens or more in parts of 32
+  // (KvCache::half_part_tensor_map); everything else in parts of min(page_size, 64).
+  const bool half_parts = fp8 && sm90::fp8_narrow(c.heads * c.q_len, h.shape.cluster_size) &&
+                          cache.half_part_tensor_map() != nullptr;
+  p.part_log2 = half_parts ? 5 : std::min(p.page_log2, 6);
   p.max_pages = a.max_pages;
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
@@ -506,8 +511,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream, /*after_quantiser=*/!p.q_inline);
     } else if (fp8) {
       sm90::KvFp8Maps kv_maps;
-      std::memcpy(&kv_maps.latent, cache.tensor_map(), sizeof(CUtensorMap));
-      std::memcpy(&kv_maps.rope, cache.aux_tensor_map(), sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.latent, half_parts ? cache.half_part_tensor_map() : cache.tensor_map(), sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.rope, half_parts ? cache.half_part_aux_tensor_map() : cache.aux_tensor_map(),
+                  sizeof(CUtensorMap));
       const bool after_quantiser = !q_e4m3 && !p.q_inline;
       if (after_quantiser) sm90::launch_quantize_q(quantize, stream);
       sm90::launch_decode_fp8(q_maps, kv_maps, p, grid, stream, after_quantiser);

@@ -71,6 +71,7 @@ void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const De
 // Tiles of at most this many query rows (one CTA) take the fp8 kernels' narrow
 // instantiations (S^T and P V with N = 16).
 constexpr int kFp8NarrowRows = 16;
+inline bool fp8_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRows && cluster_size == 1; }
 
 // fp8 (e4m3) cache: `q_maps.latent` / `.rope` are the maps of the e4m3 Q (as KvFp8Maps); p.q_scale
 // and p.kv_scale are set; or, with p.q_inline, the maps are unset and the consumers quantise a
@@ -87,7 +88,7 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
                              cudaStream_t stream, bool after_quantiser);
 // Whether the per-block kernel for at most 16 rows runs (S^T, 16-row Q tile): its Q maps
 // then have boxes of 16 rows (config_fp8_block.hpp, SmemLayoutT).
-inline bool fp8_block_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRows && cluster_size == 1; }
+inline bool fp8_block_narrow(int rows, int cluster_size) { return fp8_narrow(rows, cluster_size); }
 constexpr uint32_t kFp8BlockNarrowQRows = 16;
 
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to

@@ -103,7 +103,7 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
   require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
           kDqk, ", ", kDqkNoRope);
   // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
-  const bool narrow = p.rows <= kFp8NarrowRows && p.cluster_size == 1;
+  const bool narrow = fp8_narrow(p.rows, p.cluster_size);
   if (p.d_qk == kDqkNoRope) {
     return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
