@@ -16,7 +16,6 @@ namespace kbmla::detail {
 
 inline bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
-
 // bf16 tensor map with 128-byte swizzle and 64 x 64 boxes over dims (innermost first).
 void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
                      const cuuint32_t* box, const char* what);
