@@ -131,6 +131,24 @@ struct PagedKvLoader {
     return lane < pages_of(block, seqlen) ? p.block_table[int64_t{batch} * p.max_pages + (token0 >> p.page_log2)] : 0;
   }
 
+  // The per-tensor fp8 kernel, pages of 32 tokens or more: each lane touches the start of
+  // the part it will load (prefetch.global.L2 of one line) as soon as it has the block-table
+  // entry, a stage wait before the boxes are issued. Inferred to warm the address
+  // translation of a page the stream has not touched (not profiled). Two alternated runs
+  // on an H200 (bench/NOTES.md v30): B128_Sq1 88.1-88.7 -> 83.3-84.7 us, page 128
+  // 182.6-182.8 -> 173.4-174.8, lognormal_H16_Sq1 180.5-181.5 -> 174.7-179.2, page 32 and
+  // the 64-row tiles level; pages of 16 tokens (which skip it) ran 198-203 -> 208-210 with
+  // the code present. The bf16 and per-block kernels measured level with it: left out.
+  __device__ __forceinline__ void warm_translation(int32_t entry, int block, int seqlen, int lane) const {
+    if (p.page_log2 < 5 || lane >= (small_pages() ? pages_of(block, seqlen) : 1) || entry < 0 || entry >= p.num_pages) {
+      return;
+    }
+    constexpr int64_t kRowBytes = QkBoxes * int64_t{kBoxRowBytes} + kScaleRowBytes;
+    const int token0 = (block << 6) + (lane << part_log2());
+    const int64_t token = (int64_t{entry} << p.page_log2) + (token0 & ((1 << p.page_log2) - 1));
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p.kv_cache + token * kRowBytes));
+  }
+
   // An invalid page becomes page 0 so that the TMA stays in bounds; the consumers see the
   // stage flag and write zeros for the item.
   __device__ __forceinline__ uint32_t checked(int32_t& page) const {
@@ -370,6 +388,9 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       const int32_t entry = kv.lane_entry(it.batch, blk, it.seqlen, lane);
+      if constexpr (!kGatherRows && PagedKvLoader<QkBoxes, Smem>::kPartsOfPages) {
+        kv.warm_translation(entry, blk, it.seqlen, lane);
+      }
       Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
       uint64_t* bar = full + stage;
       uint32_t err;
