@@ -78,8 +78,8 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
     encode(rows, tensor_map_, aux_map_);
     // Boxes of 32 rows for the narrow tiles (decode_api.cpp says when): three alternated
     // runs on an H200 (bench/NOTES.md v30), lognormal_H16_Sq1 183-186 -> 178-180 us, page
-    // 128 183-185 -> 180-182, B128_Sq1 and B64_L32768 1-2 % faster; the 64-row tiles
-    // (lognormal_H16_Sq4 +1.5 %) and the bf16 cache (+2-4 %) were slower with them.
+    // 128 183-185 -> 180-182, B128_Sq1 1.5 % faster, B64_L32768 level; the 64-row tiles
+    // (lognormal_H16_Sq4 +2 %) and the bf16 cache (+2-8 %) were slower with them.
     if (page_size >= sm90::kBlockTokens && num_pages * (page_size / 32) < (int64_t{1} << 31)) {
       encode(32, half_map_, half_aux_map_);
       has_half_parts_ = true;

@@ -179,6 +179,20 @@ std::vector<GpuCase> sweep_cases() {
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});
   cases.push_back({12, 4, {2, 300, 77}, Policy::kWorkList, 0, 0, false, seed++});
+  // Per-tensor fp8 tiles of at most 16 rows over pages of 128 and 256 tokens: loaded in
+  // 32-token parts (KvCache::half_part_tensor_map), each part's index inside its page;
+  // seqlens ending inside a part and at part edges, splits that start mid-page (a CTA
+  // budget), and a static policy. (Appended: the cases above keep their names and seeds.)
+  {
+    GpuCase c{16, 1, {1, 31, 33, 97, 700, 64 * 9 + 40}, Policy::kWorkList, 7, 0, true, seed++};
+    c.page_size = 128;
+    fp8(c);
+  }
+  {
+    GpuCase c{5, 3, {32, 255, 257, 64 * 20 + 1}, Policy::kStatic, 0, 3, true, seed++};
+    c.page_size = 256;
+    fp8(c);
+  }
   return cases;
 }
 

@@ -106,6 +106,10 @@ struct PagedKvLoader {
   static constexpr bool kPartsOfPages = std::is_same_v<Smem, Fp8Smem>;
   __device__ __forceinline__ int part_log2() const { return kPartsOfPages ? p.part_log2 : p.page_log2; }
   __device__ __forceinline__ bool small_pages() const { return part_log2() < 6; }
+  // The first token (within the request) of the part that `lane` loads for `block`.
+  __device__ __forceinline__ int part_first_token(int block, int lane) const {
+    return (block << 6) + (lane << part_log2());
+  }
 
   // Block-table entries of the block's pages (pages of the block that lie past the
   // request's last token included: only pages_of() of them are used); the gather's and
@@ -127,7 +131,7 @@ struct PagedKvLoader {
   __device__ __forceinline__ int32_t lane_entry(int batch, int block, int seqlen, int lane) const {
     if (!small_pages()) return lane == 0 ? *entries(batch, block) : 0;
     if constexpr (!kPartsOfPages) return lane < pages_of(block, seqlen) ? entries(batch, block)[lane] : 0;
-    const int token0 = (block << 6) + (lane << part_log2());
+    const int token0 = part_first_token(block, lane);
     return lane < pages_of(block, seqlen) ? p.block_table[int64_t{batch} * p.max_pages + (token0 >> p.page_log2)] : 0;
   }
 
@@ -144,7 +148,7 @@ struct PagedKvLoader {
       return;
     }
     constexpr int64_t kRowBytes = QkBoxes * int64_t{kBoxRowBytes} + kScaleRowBytes;
-    const int token0 = (block << 6) + (lane << part_log2());
+    const int token0 = part_first_token(block, lane);
     const int64_t token = (int64_t{entry} << p.page_log2) + (token0 & ((1 << p.page_log2) - 1));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.kv_cache + token * kRowBytes));
   }
@@ -230,7 +234,7 @@ struct PagedKvLoader {
         errors = checked(entry);
         int32_t part = entry;
         if constexpr (kPartsOfPages) {
-          const int token0 = (block << 6) + (lane << part_log2());
+          const int token0 = part_first_token(block, lane);
           const int sub = p.page_log2 - part_log2();  // parts per page, log2
           part = (entry << sub) + ((token0 >> part_log2()) & ((1 << sub) - 1));
         }
