@@ -144,12 +144,16 @@ struct PagedKvLoader {
   // the 64-row tiles level; pages of 16 tokens (which skip it) ran 198-203 -> 208-210 with
   // the code present. The bf16 and per-block kernels measured level with it: left out.
   __device__ __forceinline__ void warm_translation(int32_t entry, int block, int seqlen, int lane) const {
-    if (p.page_log2 < 5 || lane >= (small_pages() ? pages_of(block, seqlen) : 1) || entry < 0 || entry >= p.num_pages) {
-      return;
-    }
+    // Nothing may read `entry` on the path of pages below 32 tokens: its load's latency is
+    // meant to pass behind the stage wait (a combined condition made ptxas test entry < 0
+    // there too, and page 16 waited for the load: 198-203 -> 208-210 us, bench/NOTES.md v30).
+    // So the page-size test is a branch of its own and the entry is clamped, not tested.
+    if (p.page_log2 < 5) return;
+    if (lane >= (small_pages() ? pages_of(block, seqlen) : 1)) return;
+    const int32_t page = min(max(entry, 0), int32_t(p.num_pages - 1));  // num_pages < 2^31 (KvCache)
     constexpr int64_t kRowBytes = QkBoxes * int64_t{kBoxRowBytes} + kScaleRowBytes;
     const int token0 = part_first_token(block, lane);
-    const int64_t token = (int64_t{entry} << p.page_log2) + (token0 & ((1 << p.page_log2) - 1));
+    const int64_t token = (int64_t{page} << p.page_log2) + (token0 & ((1 << p.page_log2) - 1));
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p.kv_cache + token * kRowBytes));
   }
 
