@@ -49,6 +49,7 @@ struct BenchOptions {
   int warmup = 10;
   int sms = 0;
   int page_size = 0;  // 0: each case's own
+  int page_runs = 1;  // physically consecutive pages per run of the random placement
   std::string kv_dtype;  // empty: each case's own
   std::string q_dtype = "bf16";  // fp8_e4m3: the caller's e4m3 Q (per-tensor fp8 caches), no quantiser
   bool spike = false;
@@ -238,10 +239,19 @@ int run_bench(const BenchOptions& o) {
       d.num_pages += pages_per[b];
       tokens += d.seqlens[b];
     }
-    // Random page order over the whole cache.
-    std::vector<int32_t> perm(d.num_pages);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(7));
+    // Random page order over the whole cache, in runs of --page-runs physically consecutive
+    // pages (1: every page on its own; a request's consecutive pages take a run in order).
+    const int64_t runs_of_pages = (d.num_pages + o.page_runs - 1) / o.page_runs;
+    std::vector<int64_t> run_order(static_cast<size_t>(runs_of_pages));
+    std::iota(run_order.begin(), run_order.end(), 0);
+    std::shuffle(run_order.begin(), run_order.end(), std::mt19937_64(7));
+    std::vector<int32_t> perm;
+    perm.reserve(size_t(d.num_pages));
+    for (const int64_t r : run_order) {
+      for (int64_t k = r * o.page_runs; k < std::min<int64_t>((r + 1) * o.page_runs, d.num_pages); ++k) {
+        perm.push_back(int32_t(k));
+      }
+    }
     std::vector<int32_t> table(size_t(bc.batch) * d.max_pages, 0);
     size_t next = 0;
     for (int b = 0; b < bc.batch; ++b)
@@ -506,7 +516,7 @@ int run_bench(const BenchOptions& o) {
                      format_item_phases(best.item_phases) +
                      (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
-                          {"page_size", page_size},          {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
+                          {"page_size", page_size}, {"page_runs", o.page_runs}, {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
                           {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
       if (best.rotated_us > 0) {
@@ -571,6 +581,9 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
   cmd->add_option("--page-size", o->page_size, "Cache page size for every case (default 0: the case's, else 64)")
       ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128, 256}));
+  cmd->add_option("--page-runs", o->page_runs,
+                  "Place the cache's pages at random in runs of this many physically consecutive pages (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype for every case (default: the case's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp8_e4m3", "fp8_e4m3_block"}));
   cmd->add_option("--q-dtype", o->q_dtype,

@@ -97,6 +97,79 @@ TEST(GpuSmoke, Fp8QGivenInE4m3MatchesTheReference) {
   }
 }
 
+// Pages of 8 and 16 tokens in both fp8 caches: blocks of 4 and 8 parts, whose odd parts a
+// second producer warp loads (PagedKvLoader::loader_warps); seqlens that end inside a page
+// and leave the last block 1..7 parts, so one warp has no part in some blocks.
+TEST(GpuSmoke, Fp8PagesOf8And16TokensTwoLoaderWarps) {
+  KBMLA_REQUIRE_SM90();
+  for (const int page_size : {8, 16}) {
+    for (const bool per_block : {false, true}) {
+      for (GpuCase c : {GpuCase{16, 1, {1, 17, 40, 100, 1000}}, GpuCase{16, 4, {50, 9, 700}}}) {
+        c.page_size = page_size;
+        (per_block ? c.fp8_block : c.fp8) = true;
+        SCOPED_TRACE(describe(c));
+        expect_accurate(c, run_gpu_case(c));
+      }
+    }
+  }
+}
+
+// An out-of-range page among the parts the second loader warp issues (page 1 of 4 in the
+// block) and among warp 0's (page 2): the error word names it and the item's output is
+// zeros (the stage flag each warp sets reaches the consumers), in both fp8 caches.
+TEST(GpuSmoke, Fp8DeviceSideErrorOnEitherLoaderWarpsPage) {
+  KBMLA_REQUIRE_SM90();
+  for (const bool per_block : {false, true}) {
+    for (const int bad_page : {1, 2}) {
+      SCOPED_TRACE(std::string(per_block ? "per-block" : "per-tensor") + " bad page " + std::to_string(bad_page));
+      DecodeConfig config;
+      config.softmax_scale = 0.1f;
+      config.page_size = 16;
+      config.kv_dtype = per_block ? KvDtype::kFp8E4m3PerBlock : KvDtype::kFp8E4m3;
+      std::vector<int32_t> seqlens_host = {60};
+      DevicePlan plan = DevicePlan::create(config, seqlens_host);
+      const int token_bytes = per_block ? 656 : 576;
+      DeviceArray<ref::Bf16> q(std::vector<ref::Bf16>(16 * 576, ref::float_to_bf16(0.5f)));
+      // e4m3 0x38 = 1.0; per-block rows: 512 values, four fp32 scales of 1.0, 64 bf16 of 1.0.
+      std::vector<uint8_t> cache_host(size_t(4) * 16 * token_bytes, 0x38);
+      if (per_block) {
+        for (size_t t = 0; t < size_t(4) * 16; ++t) {
+          uint8_t* row = cache_host.data() + t * token_bytes;
+          const float one = 1.f;
+          for (int g = 0; g < 4; ++g) std::memcpy(row + 512 + 4 * g, &one, 4);
+          for (int d = 0; d < 64; ++d) {
+            const ref::Bf16 b = ref::float_to_bf16(1.f);
+            std::memcpy(row + 528 + 2 * d, &b, 2);
+          }
+        }
+      }
+      DeviceArray<uint8_t> cache(cache_host);
+      DeviceArray<ref::Bf16> out(16 * 512);
+      out.poison();
+      std::vector<int32_t> bt = {0, 1, 2, 3};
+      bt[size_t(bad_page)] = 1 << 20;
+      DeviceArray<int32_t> block_table(bt), seqlens(seqlens_host);
+      DeviceArray<float> lse(16);
+      DeviceArray<float> kv_scale(std::vector<float>{1.f});
+      DeviceArray<uint8_t> ws(plan.workspace_bytes());
+      init_workspace(ws.ptr, ws.count, nullptr);
+      KvCache kv(cache.ptr, 4, 16, 576, config.kv_dtype);
+      DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 4, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
+      if (!per_block) args.kv_scale = kv_scale.ptr;
+      decode(plan, kv, args);
+      const uint32_t bits = read_device_errors(ws.ptr, nullptr);
+      EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);
+      const std::vector<ref::Bf16> o = out.download();
+      for (size_t i = 0; i < o.size(); ++i) {
+        ASSERT_EQ(ref::bf16_to_float(o[i]), 0.f) << "output element " << i;
+      }
+      const std::vector<float> l = lse.download();
+      for (size_t r = 0; r < l.size(); ++r) EXPECT_TRUE(std::isinf(l[r]) && l[r] < 0) << "lse row " << r << ": " << l[r];
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    }
+  }
+}
+
 TEST(GpuSmoke, PagedDeviceSideErrorsOnALaterSmallPage) {
   KBMLA_REQUIRE_SM90();
   // Page size 16: the third page of request 0 (not its first, the one read before the

@@ -43,20 +43,22 @@ __global__ void __launch_bounds__(kThreads, 1)
       cute::prefetch_tma_descriptor(&kv_maps.rope);
     }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
-    init_pipeline_barriers<kStages>(bars, p.cluster_size);
+    // The flags start at 0: two loader warps each write only their byte.
+    for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+    init_pipeline_barriers<kStages>(bars, p.cluster_size, PagedKvLoader<QkBoxes, Fp8Smem>{&kv_maps, p}.loader_warps());
   }
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
-    if (threadIdx.x < 32) {
-      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
+    const PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
+    const int warp = threadIdx.x / 32;
+    if (warp == 0 && p.gather_rows) {
       // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
-      if (p.gather_rows) {
-        run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
-      } else {
-        run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
-      }
+      run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
+    } else if (warp == 0 || (warp == kv.kHelperWarp && kv.loader_warps() == 2)) {
+      // One call site for both loader warps (two inlined copies spilled in the producer).
+      run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem, warp == 0 ? 0 : 1);
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1 (p.q_inline: checks only)
       grid_dependency_wait();  // the quantised Q
       run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);

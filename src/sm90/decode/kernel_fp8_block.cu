@@ -29,20 +29,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(&kv_maps.scales);
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
     for (int s = 0; s < kStages; ++s) Mbarrier::init(bars + 2 + 2 * kStages + s, 1);  // ready: the scale helper
-    init_pipeline_barriers<kStages>(bars, p.cluster_size);
+    // The flags start at 0: two loader warps each write only their byte.
+    for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+    init_pipeline_barriers<kStages>(bars, p.cluster_size, PagedKvLoader<kQkBoxes, Smem>{&kv_maps, p}.loader_warps());
   }
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs<kAcc>>();
     const int warp = threadIdx.x / 32;
-    if (warp == 0) {
-      PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
-      if (p.gather_rows) {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
-      } else {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
-      }
+    const PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
+    if (warp == 0 && p.gather_rows) {
+      run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
+    } else if (warp == 0 || (warp == kv.kHelperWarp && kv.loader_warps() == 2)) {
+      // One call site for both loader warps (kernel_fp8.cu).
+      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem, warp == 0 ? 0 : 1);
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the rope part only)
       grid_dependency_wait();          // the quantised Q
       run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);

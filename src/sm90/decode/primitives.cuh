@@ -122,11 +122,12 @@ __device__ __forceinline__ void cluster_barrier() {
 // empty[kStages] (every consumer warp of every CTA that receives the stage; release_stage).
 // One thread calls it; kernel_prologue_sync then publishes the inits.
 template <int kStages>
-__device__ __forceinline__ void init_pipeline_barriers(uint64_t* bars, int cluster_size) {
+// loader_warps: the producer warps that arrive on each full barrier (PagedKvLoader::loader_warps).
+__device__ __forceinline__ void init_pipeline_barriers(uint64_t* bars, int cluster_size, int loader_warps = 1) {
   Mbarrier::init(bars + 0, 1);
   Mbarrier::init(bars + 1, kConsumerThreads);
   for (int s = 0; s < kStages; ++s) {
-    Mbarrier::init(bars + 2 + s, 1);
+    Mbarrier::init(bars + 2 + s, loader_warps);
     Mbarrier::init(bars + 2 + kStages + s, kConsumerWarps * cluster_size);
   }
   cutlass::arch::fence_barrier_init();

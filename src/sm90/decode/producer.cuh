@@ -111,6 +111,22 @@ struct PagedKvLoader {
     return (block << 6) + (lane << part_log2());
   }
 
+  // Producer warps that issue a block's boxes. Issuing one TMA box per part and lane is ~9
+  // instructions of one warp (the compiler's loop over the active lanes: ELECT, R2UR,
+  // UTMALDG); a block of 16-token pages is 20 boxes (fp8), which kept the producer behind
+  // the consumers on half the blocks (ncu, lognormal_H16_Sq1 page 16: the warp found the
+  // stage already empty for 8,939 of 17,992 blocks, 2,360 at page 64's 32-token parts;
+  // the consumers' long-scoreboard samples doubled). So in the fp8 kernels a second warp
+  // (kHelperWarp) issues the odd parts of blocks of 4+ parts (pages of 8 and 16 tokens); each
+  // warp expects its own bytes and arrives on the stage's full barrier, which counts both.
+  // Not with clusters (multicast boxes, a box per CTA) or the row gather, nor for 2-part
+  // blocks (pages of 32, the fp8 16-row tiles' 32-token parts: level to 2 % slower with it).
+  static constexpr bool kTwoLoadersCapable = !std::is_same_v<Smem, Bf16Smem>;
+  static constexpr int kHelperWarp = 3;
+  __device__ __forceinline__ int loader_warps() const {
+    return kTwoLoadersCapable && part_log2() <= 4 && !p.gather_rows && p.cluster_size == 1 ? 2 : 1;
+  }
+
   // Block-table entries of the block's pages (pages of the block that lie past the
   // request's last token included: only pages_of() of them are used); the gather's and
   // one-token pages' view, where parts are pages.
@@ -143,13 +159,14 @@ struct PagedKvLoader {
   // 182.6-182.8 -> 173.4-174.8, lognormal_H16_Sq1 180.5-181.5 -> 174.7-179.2, page 32 and
   // the 64-row tiles level; pages of 16 tokens (which skip it) ran 198-203 -> 208-210 with
   // the code present. The bf16 and per-block kernels measured level with it: left out.
-  __device__ __forceinline__ void warm_translation(int32_t entry, int block, int seqlen, int lane) const {
+  __device__ __forceinline__ void warm_translation(int32_t entry, int block, int seqlen, int lane,
+                                                   bool mine = true) const {
     // Nothing may read `entry` on the path of pages below 32 tokens: its load's latency is
     // meant to pass behind the stage wait (a combined condition made ptxas test entry < 0
     // there too, and page 16 waited for the load: 198-203 -> 208-210 us, bench/NOTES.md v30).
     // So the page-size test is a branch of its own and the entry is clamped, not tested.
     if (p.page_log2 < 5) return;
-    if (lane >= (small_pages() ? pages_of(block, seqlen) : 1)) return;
+    if (!mine || lane >= (small_pages() ? pages_of(block, seqlen) : 1)) return;
     const int32_t page = min(max(entry, 0), int32_t(p.num_pages - 1));  // num_pages < 2^31 (KvCache)
     constexpr int64_t kRowBytes = QkBoxes * int64_t{kBoxRowBytes} + kScaleRowBytes;
     const int token0 = part_first_token(block, lane);
@@ -166,10 +183,12 @@ struct PagedKvLoader {
   }
 
   // Bytes the stage receives for this block (what each CTA of a cluster expects).
-  __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen) const {
+  // role r of `warps` loader warps issues the parts k with k % warps == r.
+  __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen, int role = 0, int warps = 1) const {
     constexpr uint32_t kRowBytes = QkBoxes * kBoxRowBytes + kScaleRowBytes;
     if (!small_pages()) return kRowBytes * kBlockTokens;
-    return kRowBytes * uint32_t(pages_of(block, seqlen) << part_log2());
+    const int parts = warps == 1 ? pages_of(block, seqlen) : (pages_of(block, seqlen) + 1 - role) >> 1;
+    return kRowBytes * uint32_t(parts << part_log2());
   }
 
   // Box j (kBoxes above) of the row group (a 64-token part or one small page) whose first
@@ -224,7 +243,8 @@ struct PagedKvLoader {
   // This lane's loads of the block (lane 0 has expected stage_bytes; the warp arrives
   // afterwards); returns the error bits of the whole block, the same in every lane.
   __device__ __forceinline__ uint32_t load(int32_t entry, int batch, int block, int seqlen, int lane,
-                                           uint64_t* bar, uint8_t* stage, int cluster_size, int rank) const {
+                                           uint64_t* bar, uint8_t* stage, int cluster_size, int rank,
+                                           bool mine = true) const {
     uint32_t errors = 0;
     if (!small_pages()) {
       if (lane == 0) {
@@ -234,7 +254,7 @@ struct PagedKvLoader {
       }
     } else {
       const int pages = pages_of(block, seqlen);
-      if (lane < pages) {
+      if (lane < pages && mine) {
         errors = checked(entry);
         int32_t part = entry;
         if constexpr (kPartsOfPages) {
@@ -244,7 +264,7 @@ struct PagedKvLoader {
         }
         issue_rows(part, bar, stage, lane << part_log2(), cluster_size, rank);
       }
-      if (lane + 32 < pages) {  // pages of one token: 64 per block
+      if (lane + 32 < pages && mine) {  // pages of one token: 64 per block
         int32_t page = entries(batch, block)[lane + 32];
         errors |= checked(page);
         issue_rows(page, bar, stage, lane + 32, cluster_size, rank);
@@ -376,9 +396,11 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 
 // KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
 // data errors (seqlens, page indices) to the error word.
+// role: 0 for warp 0, 1 for the second loader warp (PagedKvLoader::loader_warps), which
+// runs only when loader_warps() is 2.
 template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
-                                              uint8_t* smem) {
+                                              uint8_t* smem, int role = 0) {
   using Layout = typename Smem::Layout;
   constexpr int kStages = Smem::kStages;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
@@ -389,15 +411,19 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   uint32_t errors = 0;
   int block_count = 0;
   const int rank = cta_rank_in_cluster();
+  // (Recomputed from the kernel parameters where used: they are constant-bank operands.)
+  const auto two_loaders = [&] { return PagedKvLoader<QkBoxes, Smem>::kTwoLoadersCapable && kv.loader_warps() == 2; };
+  // This lane's parts are this warp's: parts alternate between the two loader warps.
+  const bool mine = !two_loaders() || (lane & 1) == role;
   for_each_work_tile(p, [&](const WorkTileInfo& w) {
     const Item it = resolve_item(p, w);
     errors |= it.errors;
     if (!it.run) return;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
-      const int32_t entry = kv.lane_entry(it.batch, blk, it.seqlen, lane);
+      const int32_t entry = mine ? kv.lane_entry(it.batch, blk, it.seqlen, lane) : 0;
       if constexpr (!kGatherRows && PagedKvLoader<QkBoxes, Smem>::kPartsOfPages) {
-        kv.warm_translation(entry, blk, it.seqlen, lane);
+        kv.warm_translation(entry, blk, it.seqlen, lane, mine);
       }
       Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
       uint64_t* bar = full + stage;
@@ -414,13 +440,21 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
         if constexpr (kGatherRows) {
           err = kv.gather(entry, it.batch, blk, it.seqlen, lane, smem_addr(stage_ptr));
         } else {
-          if (lane == 0) Mbarrier::expect_transaction(bar, kv.stage_bytes(blk, it.seqlen));
+          if (lane == 0) {
+            Mbarrier::expect_transaction(bar, two_loaders() ? kv.stage_bytes(blk, it.seqlen, role, 2)
+                                                            : kv.stage_bytes(blk, it.seqlen));
+          }
           __syncwarp();
-          err = kv.load(entry, it.batch, blk, it.seqlen, lane, bar, stage_ptr, p.cluster_size, rank);
+          err = kv.load(entry, it.batch, blk, it.seqlen, lane, bar, stage_ptr, p.cluster_size, rank, mine);
         }
       }
       if (lane == 0) {
-        stage_flags[stage] = err != 0;
+        // Two loaders: each its own byte of the flag (the kernel zeroed the flags).
+        if (two_loaders()) {
+          reinterpret_cast<volatile uint8_t*>(stage_flags + stage)[role] = err != 0;
+        } else {
+          stage_flags[stage] = err != 0;
+        }
         Mbarrier::arrive(bar);
       }
       errors |= err;
