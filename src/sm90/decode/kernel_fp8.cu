@@ -56,9 +56,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp == 0 && p.gather_rows) {
       // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
       run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
-    } else if (warp == 0 || (warp == kv.kHelperWarp && kv.loader_warps() == 2)) {
+    } else if (warp == 0 && kv.loader_warps() == 1) {
+      run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
+    } else if ((warp == 0 || warp == kv.kHelperWarp) && kv.loader_warps() == 2) {
       // One call site for both loader warps (two inlined copies spilled in the producer).
-      run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem, warp == 0 ? 0 : 1);
+      run_kv_loader<kMode, QkBoxes, false, Fp8Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1 (p.q_inline: checks only)
       grid_dependency_wait();  // the quantised Q
       run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);

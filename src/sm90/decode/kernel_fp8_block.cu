@@ -41,9 +41,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
     if (warp == 0 && p.gather_rows) {
       run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
-    } else if (warp == 0 || (warp == kv.kHelperWarp && kv.loader_warps() == 2)) {
+    } else if (warp == 0 && kv.loader_warps() == 1) {
+      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
+    } else if ((warp == 0 || warp == kv.kHelperWarp) && kv.loader_warps() == 2) {
       // One call site for both loader warps (kernel_fp8.cu).
-      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem, warp == 0 ? 0 : 1);
+      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the rope part only)
       grid_dependency_wait();          // the quantised Q
       run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);

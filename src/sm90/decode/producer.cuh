@@ -396,9 +396,11 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 
 // KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
 // data errors (seqlens, page indices) to the error word.
-// role: 0 for warp 0, 1 for the second loader warp (PagedKvLoader::loader_warps), which
-// runs only when loader_warps() is 2.
-template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem>
+// kTwoLoaders (PagedKvLoader::loader_warps() == 2): this warp loads the parts k with
+// k % 2 == role (0: warp 0, 1: the helper warp). A template parameter, so that the one-warp
+// loop keeps its registers (a run-time test cost the 16-row tiles' producer 16-24 bytes of
+// spills and those cases 4-8 %, with the page sizes it does not apply to).
+template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem, bool kTwoLoaders = false>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
                                               uint8_t* smem, int role = 0) {
   using Layout = typename Smem::Layout;
@@ -411,10 +413,8 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   uint32_t errors = 0;
   int block_count = 0;
   const int rank = cta_rank_in_cluster();
-  // (Recomputed from the kernel parameters where used: they are constant-bank operands.)
-  const auto two_loaders = [&] { return PagedKvLoader<QkBoxes, Smem>::kTwoLoadersCapable && kv.loader_warps() == 2; };
   // This lane's parts are this warp's: parts alternate between the two loader warps.
-  const bool mine = !two_loaders() || (lane & 1) == role;
+  const bool mine = !kTwoLoaders || (lane & 1) == role;
   for_each_work_tile(p, [&](const WorkTileInfo& w) {
     const Item it = resolve_item(p, w);
     errors |= it.errors;
@@ -441,8 +441,8 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
           err = kv.gather(entry, it.batch, blk, it.seqlen, lane, smem_addr(stage_ptr));
         } else {
           if (lane == 0) {
-            Mbarrier::expect_transaction(bar, two_loaders() ? kv.stage_bytes(blk, it.seqlen, role, 2)
-                                                            : kv.stage_bytes(blk, it.seqlen));
+            Mbarrier::expect_transaction(bar, kTwoLoaders ? kv.stage_bytes(blk, it.seqlen, role, 2)
+                                                          : kv.stage_bytes(blk, it.seqlen));
           }
           __syncwarp();
           err = kv.load(entry, it.batch, blk, it.seqlen, lane, bar, stage_ptr, p.cluster_size, rank, mine);
@@ -450,7 +450,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       }
       if (lane == 0) {
         // Two loaders: each its own byte of the flag (the kernel zeroed the flags).
-        if (two_loaders()) {
+        if (kTwoLoaders) {
           reinterpret_cast<volatile uint8_t*>(stage_flags + stage)[role] = err != 0;
         } else {
           stage_flags[stage] = err != 0;
