@@ -26,7 +26,8 @@ constexpr KernelMode kMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 // -> 200 us, q_len 16 175 -> 191: the index in a register costs the wide consumer its last
 // registers, 28-36 bytes of spills); the clusters keep two copies (d_qk 576 only: d_qk 512
 // runs one, to keep the instantiations few).
-template <int QkBoxes, int kAcc, bool kTwoCopies>
+// kTwoLoaders: kernel.hpp, fp8_two_loaders.
+template <int QkBoxes, int kAcc, bool kTwoCopies, bool kTwoLoaders>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
                           const __grid_constant__ DecodeParams p) {
@@ -43,24 +44,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       cute::prefetch_tma_descriptor(&kv_maps.rope);
     }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
-    // The flags start at 0: two loader warps each write only their byte.
-    for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
-    init_pipeline_barriers<kStages>(bars, p.cluster_size, PagedKvLoader<QkBoxes, Fp8Smem>{&kv_maps, p}.loader_warps());
+    if constexpr (kTwoLoaders) {
+      // The flags start at 0: the two loader warps each write only their byte.
+      for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+    }
+    init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
   }
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs>();
-    const PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
     const int warp = threadIdx.x / 32;
-    if (warp == 0 && p.gather_rows) {
-      // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
-      run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
-    } else if (warp == 0 && kv.loader_warps() == 1) {
-      run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
-    } else if ((warp == 0 || warp == kv.kHelperWarp) && kv.loader_warps() == 2) {
+    if (kTwoLoaders && (warp == 0 || warp == PagedKvLoader<QkBoxes, Fp8Smem>::kHelperWarp)) {
       // One call site for both loader warps (two inlined copies spilled in the producer).
+      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
       run_kv_loader<kMode, QkBoxes, false, Fp8Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
+    } else if (!kTwoLoaders && warp == 0) {
+      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
+      // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
+      if (p.gather_rows) {
+        run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
+      } else {
+        run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
+      }
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1 (p.q_inline: checks only)
       grid_dependency_wait();  // the quantised Q
       run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
@@ -88,10 +94,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (p.cluster_size > 1) cluster_barrier();
 }
 
-template <int QkBoxes, int kAcc, bool kTwoCopies = false>
+template <int QkBoxes, int kAcc, bool kTwoCopies = false, bool kTwoLoaders = false>
 void launch(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid, cudaStream_t stream,
             bool after_quantiser) {
-  constexpr auto kernel = mla_decode_fp8_kernel<QkBoxes, kAcc, kTwoCopies>;
+  constexpr auto kernel = mla_decode_fp8_kernel<QkBoxes, kAcc, kTwoCopies, kTwoLoaders>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   // After the Q quantiser, a programmatic dependent of it: the KV stream starts while Q
@@ -111,6 +117,12 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
   if (p.d_qk == kDqkNoRope) {
     return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  }
+  // Two loader warps for pages of 8 and 16 tokens (d_qk 576 only, to keep the
+  // instantiations few: d_qk 512 loads them with one warp, correct and ~10 % slower there).
+  if (fp8_two_loaders(p, p.part_log2)) {
+    return narrow ? fp8::launch<kQkBoxes, 8, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
+                  : fp8::launch<kQkBoxes, 32, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
   if (narrow) return fp8::launch<kQkBoxes, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   if (p.cluster_size > 1) return fp8::launch<kQkBoxes, 32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);

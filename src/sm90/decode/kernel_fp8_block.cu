@@ -10,7 +10,9 @@ namespace kbmla::sm90 {
 
 namespace fp8_block {
 
-template <int kAcc>  // 8: at most 16 query rows (P V with N = 16); 32: N = 64
+// kAcc 8: at most 16 query rows (P V with N = 16); 32: N = 64. kTwoLoaders: kernel.hpp,
+// fp8_two_loaders.
+template <int kAcc, bool kTwoLoaders>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_block_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
@@ -29,23 +31,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(&kv_maps.scales);
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
     for (int s = 0; s < kStages; ++s) Mbarrier::init(bars + 2 + 2 * kStages + s, 1);  // ready: the scale helper
-    // The flags start at 0: two loader warps each write only their byte.
-    for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
-    init_pipeline_barriers<kStages>(bars, p.cluster_size, PagedKvLoader<kQkBoxes, Smem>{&kv_maps, p}.loader_warps());
+    if constexpr (kTwoLoaders) {
+      // The flags start at 0: the two loader warps each write only their byte.
+      for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+    }
+    init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
   }
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kProducerRegs<kAcc>>();
     const int warp = threadIdx.x / 32;
-    const PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
-    if (warp == 0 && p.gather_rows) {
-      run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
-    } else if (warp == 0 && kv.loader_warps() == 1) {
-      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
-    } else if ((warp == 0 || warp == kv.kHelperWarp) && kv.loader_warps() == 2) {
+    if (kTwoLoaders && (warp == 0 || warp == PagedKvLoader<kQkBoxes, Smem>::kHelperWarp)) {
       // One call site for both loader warps (kernel_fp8.cu).
+      PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
       run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
+    } else if (!kTwoLoaders && warp == 0) {
+      PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
+      if (p.gather_rows) {
+        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
+      } else {
+        run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
+      }
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the rope part only)
       grid_dependency_wait();          // the quantised Q
       run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
@@ -69,10 +76,10 @@ static_assert(fp8_block::SmemLayoutT<true>::kQRows == kFp8BlockNarrowQRows,
               "the host encodes the Q boxes the narrow kernel's tile has");
 
 namespace {
-template <int kAcc>
+template <int kAcc, bool kTwoLoaders>
 void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                   cudaStream_t stream, bool after_quantiser) {
-  constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel<kAcc>;
+  constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel<kAcc, kTwoLoaders>;
   constexpr uint32_t smem_bytes = fp8_block::SmemLayoutT<kAcc == 8>::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
@@ -86,8 +93,14 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
                              cudaStream_t stream, bool after_quantiser) {
   require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
   // q_maps.latent / .rope have 16-row boxes for this kernel (fp8_block_narrow).
-  if (fp8_block_narrow(p.rows, p.cluster_size)) return launch_block<8>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  launch_block<32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  const bool narrow = fp8_block_narrow(p.rows, p.cluster_size);
+  // Two loader warps for pages of 8 and 16 tokens (kernel.hpp).
+  if (fp8_two_loaders(p, p.page_log2)) {
+    return narrow ? launch_block<8, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
+                  : launch_block<32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  }
+  if (narrow) return launch_block<8, false>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  launch_block<32, false>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90

@@ -111,21 +111,9 @@ struct PagedKvLoader {
     return (block << 6) + (lane << part_log2());
   }
 
-  // Producer warps that issue a block's boxes. Issuing one TMA box per part and lane is ~9
-  // instructions of one warp (the compiler's loop over the active lanes: ELECT, R2UR,
-  // UTMALDG); a block of 16-token pages is 20 boxes (fp8), which kept the producer behind
-  // the consumers on half the blocks (ncu, lognormal_H16_Sq1 page 16: the warp found the
-  // stage already empty for 8,939 of 17,992 blocks, 2,360 at page 64's 32-token parts;
-  // the consumers' long-scoreboard samples doubled). So in the fp8 kernels a second warp
-  // (kHelperWarp) issues the odd parts of blocks of 4+ parts (pages of 8 and 16 tokens); each
-  // warp expects its own bytes and arrives on the stage's full barrier, which counts both.
-  // Not with clusters (multicast boxes, a box per CTA) or the row gather, nor for 2-part
-  // blocks (pages of 32, the fp8 16-row tiles' 32-token parts: level to 2 % slower with it).
-  static constexpr bool kTwoLoadersCapable = !std::is_same_v<Smem, Bf16Smem>;
+  // The second KV loader warp of the fp8 kernels' two-loader instantiations (kernel.hpp,
+  // fp8_two_loaders; run_kv_loader's kTwoLoaders).
   static constexpr int kHelperWarp = 3;
-  __device__ __forceinline__ int loader_warps() const {
-    return kTwoLoadersCapable && part_log2() <= 4 && !p.gather_rows && p.cluster_size == 1 ? 2 : 1;
-  }
 
   // Block-table entries of the block's pages (pages of the block that lie past the
   // request's last token included: only pages_of() of them are used); the gather's and
@@ -396,10 +384,15 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 
 // KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
 // data errors (seqlens, page indices) to the error word.
-// kTwoLoaders (PagedKvLoader::loader_warps() == 2): this warp loads the parts k with
-// k % 2 == role (0: warp 0, 1: the helper warp). A template parameter, so that the one-warp
-// loop keeps its registers (a run-time test cost the 16-row tiles' producer 16-24 bytes of
-// spills and those cases 4-8 %, with the page sizes it does not apply to).
+// kTwoLoaders (the fp8 kernels with blocks of 4+ small parts, kernel.hpp fp8_two_loaders):
+// this warp loads the parts k with k % 2 == role (0: warp 0, 1: kHelperWarp); each warp
+// expects its own bytes, sets its own byte of the stage flag and arrives on the full barrier,
+// which then counts two arrivals. Why: issuing one TMA box per part and lane is ~9
+// instructions of one warp (the compiler's loop over the active lanes: ELECT, R2UR,
+// UTMALDG); a block of 16-token pages is 20 boxes (fp8), which kept one loader behind the
+// consumers on half the blocks (ncu, lognormal_H16_Sq1 page 16: the warp found the stage
+// already empty for 8,939 of 17,992 blocks, 2,360 at page 64's 32-token parts; the
+// consumers' long-scoreboard samples doubled). Measured: bench/NOTES.md v31.
 template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem, bool kTwoLoaders = false>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
                                               uint8_t* smem, int role = 0) {
