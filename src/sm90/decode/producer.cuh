@@ -391,7 +391,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 // instructions of one warp (the compiler's loop over the active lanes: ELECT, R2UR,
 // UTMALDG); a block of 16-token pages is 20 boxes (fp8), which kept one loader behind the
 // consumers on half the blocks (ncu, lognormal_H16_Sq1 page 16: the warp found the stage
-// already empty for 8,939 of 17,992 blocks, 2,360 at page 64's 32-token parts; the
+// already empty for 9,053 of 17,992 blocks, 6,355 at page 64's 32-token parts; the
 // consumers' long-scoreboard samples doubled). Measured: bench/NOTES.md v31.
 template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem, bool kTwoLoaders = false>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
