@@ -6,4 +6,4 @@ bin="$1"
 command -v compute-sanitizer >/dev/null || { echo "skipped: compute-sanitizer not found"; exit 77; }
 nvidia-smi -L >/dev/null 2>&1 || { echo "skipped: no GPU"; exit 77; }
 exec compute-sanitizer --tool memcheck --error-exitcode 1 "$bin" \
-  --gtest_filter='GpuSmoke.Kimi*:GpuSmoke.OneHead*:GpuSmoke.ManyHeads*:GpuSmoke.DeviceSide*:GpuSmoke.Paged*:GpuSmoke.Fp8*:GpuEngineArgs.*'
+  --gtest_filter='GpuSmoke.Kimi*:GpuSmoke.OneHead*:GpuSmoke.ManyHeads*:GpuSmoke.DeviceSide*:GpuSmoke.Paged*:GpuSmoke.Pages*:GpuSmoke.Fp8*:GpuEngineArgs.*'

@@ -97,16 +97,17 @@ TEST(GpuSmoke, Fp8QGivenInE4m3MatchesTheReference) {
   }
 }
 
-// Pages of 8 and 16 tokens in both fp8 caches: blocks of 4 and 8 parts, whose odd parts a
-// second producer warp loads (PagedKvLoader::loader_warps); seqlens that end inside a page
+// Pages of 8 and 16 tokens in the three caches: blocks of 4 and 8 parts, whose odd parts a
+// second producer warp loads (kernel.hpp, two_loader_warps); seqlens that end inside a page
 // and leave the last block 1..7 parts, so one warp has no part in some blocks.
-TEST(GpuSmoke, Fp8PagesOf8And16TokensTwoLoaderWarps) {
+TEST(GpuSmoke, PagesOf8And16TokensTwoLoaderWarps) {
   KBMLA_REQUIRE_SM90();
   for (const int page_size : {8, 16}) {
-    for (const bool per_block : {false, true}) {
+    for (const int dtype : {0, 1, 2}) {  // bf16, fp8, fp8 per-block
       for (GpuCase c : {GpuCase{16, 1, {1, 17, 40, 100, 1000}}, GpuCase{16, 4, {50, 9, 700}}}) {
         c.page_size = page_size;
-        (per_block ? c.fp8_block : c.fp8) = true;
+        c.fp8 = dtype == 1;
+        c.fp8_block = dtype == 2;
         SCOPED_TRACE(describe(c));
         expect_accurate(c, run_gpu_case(c));
       }
@@ -116,22 +117,28 @@ TEST(GpuSmoke, Fp8PagesOf8And16TokensTwoLoaderWarps) {
 
 // An out-of-range page among the parts the second loader warp issues (page 1 of 4 in the
 // block) and among warp 0's (page 2): the error word names it and the item's output is
-// zeros (the stage flag each warp sets reaches the consumers), in both fp8 caches.
-TEST(GpuSmoke, Fp8DeviceSideErrorOnEitherLoaderWarpsPage) {
+// zeros (the stage flag each warp sets reaches the consumers), in the three caches.
+TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
   KBMLA_REQUIRE_SM90();
-  for (const bool per_block : {false, true}) {
+  for (const KvDtype dtype : {KvDtype::kBFloat16, KvDtype::kFp8E4m3, KvDtype::kFp8E4m3PerBlock}) {
     for (const int bad_page : {1, 2}) {
-      SCOPED_TRACE(std::string(per_block ? "per-block" : "per-tensor") + " bad page " + std::to_string(bad_page));
+      SCOPED_TRACE(std::string(kv_dtype_name(dtype)) + " bad page " + std::to_string(bad_page));
+      const bool per_block = dtype == KvDtype::kFp8E4m3PerBlock;
+      const bool bf16 = dtype == KvDtype::kBFloat16;
       DecodeConfig config;
       config.softmax_scale = 0.1f;
       config.page_size = 16;
-      config.kv_dtype = per_block ? KvDtype::kFp8E4m3PerBlock : KvDtype::kFp8E4m3;
+      config.kv_dtype = dtype;
       std::vector<int32_t> seqlens_host = {60};
       DevicePlan plan = DevicePlan::create(config, seqlens_host);
-      const int token_bytes = per_block ? 656 : 576;
+      const int token_bytes = bf16 ? 1152 : per_block ? 656 : 576;
       DeviceArray<ref::Bf16> q(std::vector<ref::Bf16>(16 * 576, ref::float_to_bf16(0.5f)));
-      // e4m3 0x38 = 1.0; per-block rows: 512 values, four fp32 scales of 1.0, 64 bf16 of 1.0.
+      // e4m3 0x38 = 1.0; per-block rows: 512 values, four fp32 scales of 1.0, 64 bf16 of 1.0;
+      // bf16: 0x3f80 = 1.0 (little-endian bytes 0x80, 0x3f).
       std::vector<uint8_t> cache_host(size_t(4) * 16 * token_bytes, 0x38);
+      if (bf16) {
+        for (size_t i = 0; i < cache_host.size(); i += 2) cache_host[i] = 0x80, cache_host[i + 1] = 0x3f;
+      }
       if (per_block) {
         for (size_t t = 0; t < size_t(4) * 16; ++t) {
           uint8_t* row = cache_host.data() + t * token_bytes;
@@ -155,7 +162,7 @@ TEST(GpuSmoke, Fp8DeviceSideErrorOnEitherLoaderWarpsPage) {
       init_workspace(ws.ptr, ws.count, nullptr);
       KvCache kv(cache.ptr, 4, 16, 576, config.kv_dtype);
       DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 4, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
-      if (!per_block) args.kv_scale = kv_scale.ptr;
+      if (dtype == KvDtype::kFp8E4m3) args.kv_scale = kv_scale.ptr;
       decode(plan, kv, args);
       const uint32_t bits = read_device_errors(ws.ptr, nullptr);
       EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);

@@ -10,7 +10,8 @@
 
 namespace kbmla::sm90 {
 
-template <KernelMode Mode, int QkBoxes, bool kGatherRows>
+// kTwoLoaders: two KV loader warps (kernel.hpp, two_loader_warps; pages of 8 and 16 tokens).
+template <KernelMode Mode, int QkBoxes, bool kGatherRows, bool kTwoLoaders = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
@@ -22,7 +23,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     cute::prefetch_tma_descriptor(&q_maps.latent);
     if constexpr (QkBoxes > kLatentBoxes) cute::prefetch_tma_descriptor(&q_maps.rope);
     cute::prefetch_tma_descriptor(&kv_map);
-    init_pipeline_barriers<kStages>(bars, p.cluster_size);
+    if constexpr (kTwoLoaders) {
+      // The flags start at 0: the two loader warps each write only their byte.
+      for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+    }
+    init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
   }
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
@@ -31,7 +36,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int consumer_regs = kGatherRows ? kGatherConsumerRegs : kConsumerRegs;
   if (wg == 0) {
     set_max_registers_dec<producer_regs>();
-    if (threadIdx.x < 32) {
+    if (kTwoLoaders && (threadIdx.x < 32 || threadIdx.x / 32 == PagedKvLoader<QkBoxes>::kHelperWarp)) {
+      PagedKvLoader<QkBoxes> kv{&kv_map, p};
+      run_kv_loader<Mode, QkBoxes, kGatherRows, Bf16Smem, true>(p, kv, smem, threadIdx.x < 32 ? 0 : 1);
+    } else if (!kTwoLoaders && threadIdx.x < 32) {
       PagedKvLoader<QkBoxes> kv{&kv_map, p};
       run_kv_loader<Mode, QkBoxes, kGatherRows>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
@@ -68,10 +76,10 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_byt
 }
 
 namespace {
-template <KernelMode Mode, int QkBoxes, bool kGatherRows = false>
+template <KernelMode Mode, int QkBoxes, bool kGatherRows = false, bool kTwoLoaders = false>
 void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
-  constexpr auto kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows>;
+  constexpr auto kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows, kTwoLoaders>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode");
@@ -109,6 +117,10 @@ void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const De
     return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);
   }
   require(p.d_qk == kDqk, "decode: d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
+  // Two loader warps for pages of 8 and 16 tokens (d_qk 576, full mode; kernel.hpp).
+  if (mode == KernelMode::kFull && two_loader_warps(p, p.page_log2)) {
+    return launch_mode<KernelMode::kFull, kQkBoxes, false, true>(q_maps, kv_map, p, grid, stream);
+  }
   switch (mode) {
     case KernelMode::kFull: return launch_mode<KernelMode::kFull, kQkBoxes>(q_maps, kv_map, p, grid, stream);
     case KernelMode::kLoadOnly: return launch_mode<KernelMode::kLoadOnly, kQkBoxes>(q_maps, kv_map, p, grid, stream);

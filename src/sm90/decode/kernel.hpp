@@ -68,12 +68,12 @@ void launch_clustered(void (*kernel)(QMaps, KvMaps, DecodeParams), uint32_t smem
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
-// Whether the fp8 kernels' second producer warp loads the odd parts of each block
-// (producer.cuh, run_kv_loader's kTwoLoaders): blocks of 4 or more parts by TMA (pages of 8
-// and 16 tokens), one CTA per tile. A kernel instantiation of its own, so that the other
-// page sizes run the one-loader kernel unchanged. part_log2: p.part_log2 for the per-tensor
-// kernel, p.page_log2 for the per-block kernel (whose parts are at most 64 tokens).
-inline bool fp8_two_loaders(const DecodeParams& p, int part_log2) {
+// Whether a second producer warp loads the odd parts of each block (producer.cuh,
+// run_kv_loader's kTwoLoaders): blocks of 4 or more parts by TMA (pages of 8 and 16
+// tokens), one CTA per tile. A kernel instantiation of its own, so that the other page
+// sizes run the one-loader kernel unchanged. part_log2: p.part_log2 for the per-tensor fp8
+// kernel, p.page_log2 for the bf16 and per-block kernels (whose parts are at most 64 tokens).
+inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
   return part_log2 <= 4 && !p.gather_rows && p.cluster_size == 1;
 }
 

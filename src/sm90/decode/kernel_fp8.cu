@@ -26,7 +26,7 @@ constexpr KernelMode kMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 // -> 200 us, q_len 16 175 -> 191: the index in a register costs the wide consumer its last
 // registers, 28-36 bytes of spills); the clusters keep two copies (d_qk 576 only: d_qk 512
 // runs one, to keep the instantiations few).
-// kTwoLoaders: kernel.hpp, fp8_two_loaders.
+// kTwoLoaders: kernel.hpp, two_loader_warps.
 template <int QkBoxes, int kAcc, bool kTwoCopies, bool kTwoLoaders>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
@@ -120,7 +120,7 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
   }
   // Two loader warps for pages of 8 and 16 tokens (d_qk 576 only, to keep the
   // instantiations few: d_qk 512 loads them with one warp, correct and ~10 % slower there).
-  if (fp8_two_loaders(p, p.part_log2)) {
+  if (two_loader_warps(p, p.part_log2)) {
     return narrow ? fp8::launch<kQkBoxes, 8, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kQkBoxes, 32, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }

@@ -11,7 +11,7 @@ namespace kbmla::sm90 {
 namespace fp8_block {
 
 // kAcc 8: at most 16 query rows (P V with N = 16); 32: N = 64. kTwoLoaders: kernel.hpp,
-// fp8_two_loaders.
+// two_loader_warps.
 template <int kAcc, bool kTwoLoaders>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_fp8_block_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
@@ -95,7 +95,7 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
   // q_maps.latent / .rope have 16-row boxes for this kernel (fp8_block_narrow).
   const bool narrow = fp8_block_narrow(p.rows, p.cluster_size);
   // Two loader warps for pages of 8 and 16 tokens (kernel.hpp).
-  if (fp8_two_loaders(p, p.page_log2)) {
+  if (two_loader_warps(p, p.page_log2)) {
     return narrow ? launch_block<8, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : launch_block<32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }

@@ -111,8 +111,8 @@ struct PagedKvLoader {
     return (block << 6) + (lane << part_log2());
   }
 
-  // The second KV loader warp of the fp8 kernels' two-loader instantiations (kernel.hpp,
-  // fp8_two_loaders; run_kv_loader's kTwoLoaders).
+  // The second KV loader warp of the two-loader kernel instantiations (kernel.hpp,
+  // two_loader_warps; run_kv_loader's kTwoLoaders).
   static constexpr int kHelperWarp = 3;
 
   // Block-table entries of the block's pages (pages of the block that lie past the
@@ -384,7 +384,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 
 // KV loader (warp 0): streams every item's KV blocks through the stage ring and reports
 // data errors (seqlens, page indices) to the error word.
-// kTwoLoaders (the fp8 kernels with blocks of 4+ small parts, kernel.hpp fp8_two_loaders):
+// kTwoLoaders (blocks of 4+ small parts: kernel.hpp, two_loader_warps):
 // this warp loads the parts k with k % 2 == role (0: warp 0, 1: kHelperWarp); each warp
 // expects its own bytes, sets its own byte of the stage flag and arrives on the full barrier,
 // which then counts two arrivals. Why: issuing one TMA box per part and lane is ~9
