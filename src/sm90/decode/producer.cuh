@@ -170,12 +170,14 @@ struct PagedKvLoader {
     return kErrPageIndexOutOfRange;
   }
 
-  // Bytes the stage receives for this block (what each CTA of a cluster expects).
-  // role r of `warps` loader warps issues the parts k with k % warps == r.
-  __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen, int role = 0, int warps = 1) const {
+  // Bytes the stage receives for this block (what each CTA of a cluster expects); with
+  // two_loader_role 0 or 1, only those of the parts k with k % 2 == role (run_kv_loader's
+  // kTwoLoaders).
+  __device__ __forceinline__ uint32_t stage_bytes(int block, int seqlen, int two_loader_role = -1) const {
     constexpr uint32_t kRowBytes = QkBoxes * kBoxRowBytes + kScaleRowBytes;
     if (!small_pages()) return kRowBytes * kBlockTokens;
-    const int parts = warps == 1 ? pages_of(block, seqlen) : (pages_of(block, seqlen) + 1 - role) >> 1;
+    const int pages = pages_of(block, seqlen);
+    const int parts = two_loader_role < 0 ? pages : (pages + 1 - two_loader_role) >> 1;
     return kRowBytes * uint32_t(parts << part_log2());
   }
 
@@ -434,8 +436,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
           err = kv.gather(entry, it.batch, blk, it.seqlen, lane, smem_addr(stage_ptr));
         } else {
           if (lane == 0) {
-            Mbarrier::expect_transaction(bar, kTwoLoaders ? kv.stage_bytes(blk, it.seqlen, role, 2)
-                                                          : kv.stage_bytes(blk, it.seqlen));
+            Mbarrier::expect_transaction(bar, kv.stage_bytes(blk, it.seqlen, kTwoLoaders ? role : -1));
           }
           __syncwarp();
           err = kv.load(entry, it.batch, blk, it.seqlen, lane, bar, stage_ptr, p.cluster_size, rank, mine);
