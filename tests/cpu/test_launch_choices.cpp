@@ -2,6 +2,7 @@
 // fp8 Q path a plan takes, the items of its busiest CTA, and the combine's grid.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -11,6 +12,7 @@
 #include "kbmla/planner.hpp"
 #include "kbmla/static_baseline.hpp"
 #include "src/runtime/plan_impl.hpp"
+#include "src/sm90/decode/kernel.hpp"
 
 namespace kbmla {
 namespace {
@@ -142,6 +144,29 @@ TEST(LaunchChoices, CombineBlocksGetAnSmEachOnlyWhenTheGridFitsTheSms) {
   EXPECT_FALSE(combine_spreads_blocks(p));
   p = combine_counts(64, 0, 0, 0, 0);  // nothing to launch
   EXPECT_FALSE(combine_spreads_blocks(p));
+}
+
+// The second KV loader warp (kernel.hpp, two_loader_warps; bench/NOTES.md v31): blocks of 4+
+// parts by TMA, one CTA per tile. Pages of 32 and more (2 parts: measured level) and the
+// per-tensor fp8 16-row tiles' 32-token parts of larger pages keep one loader; pages below
+// 8 are gathered; 2-CTA clusters multicast.
+TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMoreParts) {
+  for (int page_log2 = 0; page_log2 <= 8; ++page_log2) {
+    for (const int cluster_size : {1, 2}) {
+      sm90::DecodeParams p{};
+      p.page_log2 = page_log2;
+      p.cluster_size = cluster_size;
+      p.gather_rows = page_log2 < 3;  // pages below 8 tokens (both caches' rule at kGatherBelowPage 8)
+      const bool want = cluster_size == 1 && (page_log2 == 3 || page_log2 == 4);
+      SCOPED_TRACE("page " + std::to_string(1 << page_log2) + ", cluster " + std::to_string(cluster_size));
+      EXPECT_EQ(sm90::two_loader_warps(p, std::min(page_log2, 6)), want);
+    }
+  }
+  // The per-tensor fp8 16-row tiles load pages of 64+ tokens in 32-token parts: one loader.
+  sm90::DecodeParams p{};
+  p.page_log2 = 7;
+  p.cluster_size = 1;
+  EXPECT_FALSE(sm90::two_loader_warps(p, 5));
 }
 
 }  // namespace
