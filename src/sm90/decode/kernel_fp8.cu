@@ -119,7 +119,8 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
   // Two loader warps for pages of 8 and 16 tokens (d_qk 576 only, to keep the
-  // instantiations few: d_qk 512 loads them with one warp, correct and ~10 % slower there).
+  // instantiations few: d_qk 512 loads them with one warp; not measured there, d_qk 576's
+  // page 16 gained 9-10 %).
   if (two_loader_warps(p, p.part_log2)) {
     return narrow ? fp8::launch<kQkBoxes, 8, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kQkBoxes, 32, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
