@@ -10,8 +10,6 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -27,6 +25,7 @@
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
 #include "tools/item_phases.hpp"
+#include "tools/page_order.hpp"
 
 #ifndef KBMLA_GIT_COMMIT
 #define KBMLA_GIT_COMMIT "unknown"
@@ -240,18 +239,8 @@ int run_bench(const BenchOptions& o) {
       tokens += d.seqlens[b];
     }
     // Random page order over the whole cache, in runs of --page-runs physically consecutive
-    // pages (1: every page on its own; a request's consecutive pages take a run in order).
-    const int64_t runs_of_pages = (d.num_pages + o.page_runs - 1) / o.page_runs;
-    std::vector<int64_t> run_order(static_cast<size_t>(runs_of_pages));
-    std::iota(run_order.begin(), run_order.end(), 0);
-    std::shuffle(run_order.begin(), run_order.end(), std::mt19937_64(7));
-    std::vector<int32_t> perm;
-    perm.reserve(size_t(d.num_pages));
-    for (const int64_t r : run_order) {
-      for (int64_t k = r * o.page_runs; k < std::min<int64_t>((r + 1) * o.page_runs, d.num_pages); ++k) {
-        perm.push_back(int32_t(k));
-      }
-    }
+    // pages (a request's consecutive pages take a run in order).
+    const std::vector<int32_t> perm = random_page_order(d.num_pages, o.page_runs, 7);
     std::vector<int32_t> table(size_t(bc.batch) * d.max_pages, 0);
     size_t next = 0;
     for (int b = 0; b < bc.batch; ++b)
