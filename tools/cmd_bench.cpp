@@ -365,7 +365,7 @@ int run_bench(const BenchOptions& o) {
         cuda_check(cudaMemset(tl.ptr, 0, size_t(ctas) * 32), "memset");
         DecodeArgs b = a;
         b.timeline = static_cast<unsigned long long*>(tl.ptr);
-        const size_t item_bytes = size_t(ctas) * kTimelineItems * 64;
+        const size_t item_bytes = size_t(ctas) * kTimelineItems * kItemPhaseSlots * 8;
         DeviceBuffer itl(item_bytes);
         cuda_check(cudaMemset(itl.ptr, 0, item_bytes), "memset");
         b.item_timeline = static_cast<unsigned long long*>(itl.ptr);

@@ -15,7 +15,7 @@ ItemPhases summarize_item_phases(const std::vector<unsigned long long>& cta_reco
     const int items = int(std::min<unsigned long long>(cta_records[4 * size_t(c) + 3], kTimelineItems));
     unsigned long long previous_end = cta_records[4 * size_t(c)];  // the CTA's start
     for (int i = 0; i < items; ++i) {
-      const unsigned long long* t = &item_records[8 * (size_t(c) * kTimelineItems + size_t(i))];
+      const unsigned long long* t = &item_records[kItemPhaseSlots * (size_t(c) * kTimelineItems + size_t(i))];
       if (std::any_of(t, t + kItemPhases, [](unsigned long long x) { return x == 0; })) break;
       auto& sum = i == 0 ? ph.first : ph.later;
       // (Signed: the CTA's start is taken by another thread, so the first lead-in may be

@@ -8,13 +8,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kbmla/work_format.hpp"
+
 namespace kbmla::tools {
 
 // Means over the CTAs' items, in us. The first item of a CTA: from the CTA's start to the
 // item's start, then Q ready, the first KV stage full, the blocks, the output written. A
 // later item: the same phases, its start measured from the previous item's output.
 struct ItemPhases {
-  static constexpr int kPhases = 5;  // lead-in, Q, first stage, blocks, output
+  static constexpr int kPhases = kItemPhases;  // lead-in, Q, first stage, blocks, output
   std::array<double, kPhases> first{}, later{};
   int first_items = 0, later_items = 0;
   bool empty() const { return first_items == 0; }

@@ -234,9 +234,10 @@ struct DecodeArgs {
   unsigned long long* combine_timeline = nullptr;
   // Per-item phases of the first kTimelineItems items of each CTA (the bf16 kernel, and
   // both fp8 kernels' tiles of at most 16 rows): {item start, Q ready, first KV stage
-  // full, last block done, output written} (%globaltimer ns; kItemPhases of 8 slots) at
-  // item_timeline[8 * (kTimelineItems * cta + item) + phase]; 64 x kTimelineItems x
-  // timeline_ctas(plan) bytes. Entries of items a CTA does not have stay as they were.
+  // full, last block done, output written} (%globaltimer ns; kItemPhases of kItemPhaseSlots
+  // slots) at item_timeline[kItemPhaseSlots * (kTimelineItems * cta + item) + phase];
+  // 8 x kItemPhaseSlots x kTimelineItems x timeline_ctas(plan) bytes. Entries of items a CTA
+  // does not have stay as they were.
   unsigned long long* item_timeline = nullptr;
 };
 

@@ -80,9 +80,11 @@ static_assert(sizeof(DevicePlanHeader) == 32, "header layout is shared by host a
 constexpr size_t kWorkspaceAlign = 256;
 
 // DecodeArgs::item_timeline: the first kTimelineItems items of each CTA, kItemPhases
-// timestamps each (in 8 slots).
+// timestamps each in kItemPhaseSlots 8-byte slots.
 constexpr int kTimelineItems = 8;
 constexpr int kItemPhases = 5;
+constexpr int kItemPhaseSlots = 8;
+static_assert(kItemPhases <= kItemPhaseSlots, "an item's phases fit its slots");
 
 KBMLA_HD size_t align_up(size_t bytes, size_t align) { return (bytes + align - 1) / align * align; }
 

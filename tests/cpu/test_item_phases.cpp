@@ -10,9 +10,9 @@ namespace {
 // Two CTAs: CTA 0 with two items, CTA 1 with one; CTA 2 has no items. Timestamps in ns.
 TEST(ItemPhases, FirstAndLaterItemsAreAveragedPerPhase) {
   const int ctas = 3;
-  std::vector<unsigned long long> cta(4 * ctas, 0), items(size_t(8) * kTimelineItems * ctas, 0);
+  std::vector<unsigned long long> cta(4 * ctas, 0), items(size_t(kItemPhaseSlots) * kTimelineItems * ctas, 0);
   auto set = [&](int c, int i, std::array<unsigned long long, 5> t) {
-    for (int k = 0; k < 5; ++k) items[8 * (size_t(c) * kTimelineItems + i) + k] = t[k];
+    for (int k = 0; k < kItemPhases; ++k) items[kItemPhaseSlots * (size_t(c) * kTimelineItems + i) + k] = t[k];
   };
   cta[0] = 1000, cta[3] = 2;  // CTA 0 starts at 1 us, two items
   set(0, 0, {2000, 3000, 5000, 15000, 16000});

@@ -157,7 +157,7 @@ __device__ __forceinline__ void record_timeline_end(const DecodeParams& p, int i
 // p.item_timeline and picks one thread.
 __device__ __forceinline__ void record_item_phase(const DecodeParams& p, int item, int phase) {
   if (item >= kTimelineItems) return;
-  p.item_timeline[8 * (kTimelineItems * timeline_cta() + item) + phase] = global_timer_ns();
+  p.item_timeline[kItemPhaseSlots * (kTimelineItems * timeline_cta() + item) + phase] = global_timer_ns();
 }
 
 // kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns

@@ -122,7 +122,8 @@ __device__ __forceinline__ void cluster_barrier() {
 // empty[kStages] (every consumer warp of every CTA that receives the stage; release_stage).
 // One thread calls it; kernel_prologue_sync then publishes the inits.
 template <int kStages>
-// loader_warps: the producer warps that arrive on each full barrier (PagedKvLoader::loader_warps).
+// loader_warps: the producer warps that arrive on each full barrier (2 in the two-loader
+// kernels: kernel.hpp, two_loader_warps).
 __device__ __forceinline__ void init_pipeline_barriers(uint64_t* bars, int cluster_size, int loader_warps = 1) {
   Mbarrier::init(bars + 0, 1);
   Mbarrier::init(bars + 1, kConsumerThreads);
