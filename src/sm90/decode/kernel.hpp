@@ -77,6 +77,12 @@ inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
   return part_log2 <= 4 && !p.gather_rows && p.cluster_size == 1;
 }
 
+// EXPERIMENT (branch fp8-softmax-wg, kernel_fp8_split.cu): KBMLA_FP8_SOFTMAX_WG=1 sends the
+// per-tensor fp8 tiles of 17..64 rows it fits to the split-role kernel.
+bool fp8_split_kernel_wanted(const DecodeParams& p);
+void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
+                             cudaStream_t stream, bool after_quantiser);
+
 // Tiles of at most this many query rows (one CTA) take the fp8 kernels' narrow
 // instantiations (S^T and P V with N = 16).
 constexpr int kFp8NarrowRows = 16;
