@@ -177,6 +177,35 @@ TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
   }
 }
 
+// EXPERIMENT (branch fp8-softmax-wg): the split-role kernel for per-tensor fp8 tiles of
+// 17..64 rows (KBMLA_FP8_SOFTMAX_WG=1; KBMLA_Q_INLINE=never so that one-item plans take it
+// too): several items per CTA, split requests, the causal tail of q_len 4, pages of 32 and
+// 128, a seqlen of 0, an e4m3 Q.
+TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() {
+      unsetenv("KBMLA_FP8_SOFTMAX_WG");
+      unsetenv("KBMLA_Q_INLINE");
+    }
+  } restore;
+  setenv("KBMLA_FP8_SOFTMAX_WG", "1", 1);
+  setenv("KBMLA_Q_INLINE", "never", 1);
+  GpuCase many{16, 4, {0, 1, 65, 700, 3000, 64, 129, 5000}};
+  many.num_ctas = 5;
+  GpuCase paged{48, 1, {100, 1000, 4097}};
+  paged.page_size = 32;
+  GpuCase big_pages{12, 4, {300, 2000, 77}};
+  big_pages.page_size = 128;
+  GpuCase e4m3_q{16, 4, {3000, 70}};
+  e4m3_q.fp8_q = true;
+  for (GpuCase c : {many, paged, big_pages, e4m3_q}) {
+    c.fp8 = true;
+    SCOPED_TRACE(describe(c));
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
 TEST(GpuSmoke, PagedDeviceSideErrorsOnALaterSmallPage) {
   KBMLA_REQUIRE_SM90();
   // Page size 16: the third page of request 0 (not its first, the one read before the
