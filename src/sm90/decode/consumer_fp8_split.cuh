@@ -1,19 +1,21 @@
-// EXPERIMENT (branch fp8-softmax-wg; not run on a GPU when written): the per-tensor fp8
-// kernel for tiles of 17..64 rows with split consumer roles (bench/NOTES.md, "Next
-// session", v31 lead a). One softmax warpgroup computes S = Q K^T, the online softmax and
-// P of every block (it alone reads Q and holds no O accumulators); two P V warpgroups add
-// O^T += V^T P^T for dims 256 pv.. and write the output. Per stage, the softmax warpgroup
-// writes P over the stage's rope box, the block's factors and rescale flag, fences them to
-// the async proxy and arrives on p_full[stage] (count 128); the P V warpgroups wait on it,
-// rescale, run P V and release the stage (the empty barrier counts their 8 warps). Per item
-// the row statistics go through stats_full / stats_empty[parity] (mbarriers: the softmax
-// warpgroup may run an item ahead, which a named barrier would mix up).
+// The per-tensor fp8 kernel for tiles of 17..64 rows with split consumer roles
+// (bench/NOTES.md v32: 7-12 % faster than the alternating consumers on those tiles). One
+// softmax warpgroup computes S = Q K^T, the online softmax and P of every block (it alone
+// reads Q; it holds no O accumulators); two P V warpgroups add O^T += V^T P^T for dims
+// 256 pv.. and write the output (and quantise Q with p.q_inline). Per stage, the softmax
+// warpgroup writes P over the stage's rope box, the block's factors and rescale flag,
+// fences them to the async proxy and arrives on p_full[stage] (count 128); the P V
+// warpgroups wait on it, rescale, run P V and release the stage (the empty barrier counts
+// their 8 warps). Per item the row statistics go through stats_full / stats_empty[parity]
+// (mbarriers: the softmax warpgroup may run an item ahead, which a named barrier would mix
+// up).
 // Why: in the alternating kernel (consumer_fp8.cuh) each consumer's S, softmax and P V
 // are one serial chain per pair of blocks, joined to the other's by the row-maximum
 // hand-over; here the softmax chain has no P V on it and no hand-over.
-// Registers (512 threads): producer 40 (no row gather here), softmax 120 (S 32 and the row
-// state; at 88 ptxas serialised the S chain), P V 176 (O^T 128 + the V^T fragments of one
-// k-step, 16: at 184 with both k-steps' 32 it spilled and serialised the P V wgmma).
+// Registers (512 threads): producer 48 (TMA loaders only; spills 36 / 28 bytes), softmax
+// 112 (S 32 and the row state; at 88 ptxas serialised the S chain), P V 176 (O^T 128 + the
+// V^T fragments of one k-step, 16: at 184 with both k-steps' 32 it spilled and serialised
+// the P V wgmma).
 #pragma once
 
 #include "src/sm90/decode/consumer_fp8.cuh"
@@ -24,6 +26,8 @@ constexpr int kSplitThreads = 512;
 constexpr int kSplitProducerRegs = 48;
 constexpr int kSplitSoftmaxRegs = 112;
 constexpr int kSplitPvRegs = 176;
+// kBarFp8QReady with p.q_inline: the P V warpgroups' 256 arrivals, the softmax warpgroup's wait.
+constexpr int kSplitQReadyThreads = 384;
 static_assert(kSplitProducerRegs + kSplitSoftmaxRegs + 2 * kSplitPvRegs == 65536 / 128, "register pool of 512 threads");
 
 // The V^T fragments of one k-step (tokens 32 kb..) for the four M blocks: load_vt_fragments'
@@ -94,14 +98,21 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
-    Mbarrier::wait(q_full, item_count & 1);
+    // (p is in the constant bank: testing p.q_inline costs no register.)
+    if (p.q_inline) {
+      // The P V warpgroups quantise Q (run_split_pv).
+      named_sync(kBarFp8QReady, kSplitQReadyThreads);
+      rows.begin_item(p, it, kv_scale, QScales{reinterpret_cast<float*>(smem + SmemLayout::q_scales), 1, kRowsPerCta - 1});
+    } else {
+      rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
+      Mbarrier::wait(q_full, item_count & 1);
+    }
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       rows.block_max(0, q_addr, stage_addr, blk, nullptr);  // S waited for: Q and K read
-      if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
+      if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
       rows.alpha0 = lazy_rescale(rows.mx0 * rows.f0, rows.m0);
       rows.alpha1 = lazy_rescale(rows.mx1 * rows.f1, rows.m1);
       if (tid % 4 == 0) {
@@ -114,7 +125,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
       fence_view_async_shared();
       Mbarrier::arrive(p_full + stage);
     }
-    if (it.blk_end == it.blk_begin) Mbarrier::arrive(q_empty);  // (no block: Q unread)
+    if (it.blk_end == it.blk_begin && !p.q_inline) Mbarrier::arrive(q_empty);  // (no block: Q unread)
     const int par = item_count & 1;
     Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
     float2* stats = row_stats + par * 2 * kRowsPerCta;
@@ -126,7 +137,6 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
     Mbarrier::arrive(stats_full + par);
     ++item_count;
   }
-  if (p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }
 
 // A P V warpgroup (pv 0: threads 256..383, dims 0..255; pv 1: 384..511, dims 256..511).
@@ -151,6 +161,13 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
+    if (p.q_inline) {
+      // Eight warps' quantisation (two row loads in flight per warp; the softmax warpgroup
+      // alone took 4-5 us more per call, v32). The tile is free: this item's softmax waits
+      // for it, and its previous item's S all completed before that item's last P.
+      quantise_q_tile<kQkBoxes * 8, kRowsPerCta, kLatentBoxBytes, kSplitQReadyThreads>(
+          p, it, smem + SmemLayout::q, reinterpret_cast<float*>(smem + SmemLayout::q_scales), 4 * pv + warp, lane);
+    }
     float o[4][32];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
@@ -185,6 +202,8 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
     Mbarrier::arrive(stats_empty + par);
     ++item_count;
   }
+  // The busy interval ends with the output, as the alternating kernel's does.
+  if (pv == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }
 
 }  // namespace kbmla::sm90::fp8

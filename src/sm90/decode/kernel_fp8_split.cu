@@ -1,8 +1,7 @@
-// EXPERIMENT (branch fp8-softmax-wg): the per-tensor fp8 kernel for tiles of 17..64 rows
-// with a softmax warpgroup and two P V warpgroups (consumer_fp8_split.cuh). Taken only
-// when KBMLA_FP8_SOFTMAX_WG=1 and the call fits it: d_qk 576, one CTA per tile, Q already
-// in e4m3 in the workspace or the caller's (no in-kernel quantisation), pages of 32+ tokens
-// loaded by TMA (one loader warp).
+// The per-tensor fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two P V
+// warpgroups (consumer_fp8_split.cuh); kernel.hpp, fp8_split_roles, says which calls take
+// it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with p.q_inline, is
+// quantised by the softmax warpgroup.
 #include <cstdlib>
 #include <cstring>
 
@@ -23,8 +22,10 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
   uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(&q_maps.latent);
-    cute::prefetch_tma_descriptor(&q_maps.rope);
+    if (!p.q_inline) {  // (the Q maps are unset then)
+      cute::prefetch_tma_descriptor(&q_maps.latent);
+      cute::prefetch_tma_descriptor(&q_maps.rope);
+    }
     cute::prefetch_tma_descriptor(&kv_maps.latent);
     cute::prefetch_tma_descriptor(&kv_maps.rope);
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
@@ -38,7 +39,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     if (threadIdx.x < 32) {
       PagedKvLoader<kQkBoxes, Fp8Smem> kv{&kv_maps, p};
       run_kv_loader<KernelMode::kFull, kQkBoxes, false, Fp8Smem>(p, kv, smem);
-    } else if (threadIdx.x == 32) {  // Q loader
+    } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the context-parallel checks only)
       grid_dependency_wait();          // the quantised Q
       run_q_loader<kQkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     }
@@ -55,10 +56,13 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
 }  // namespace fp8
 
 bool fp8_split_kernel_wanted(const DecodeParams& p) {
-  const char* e = std::getenv("KBMLA_FP8_SOFTMAX_WG");
-  if (e == nullptr || std::strcmp(e, "1") != 0) return false;
-  return p.d_qk == kDqk && p.cluster_size == 1 && !fp8_narrow(p.rows, p.cluster_size) && !p.q_inline &&
-         !p.gather_rows && !two_loader_warps(p, p.part_log2);
+  static_assert(kDqk == 576, "fp8_split_roles tests d_qk 576");
+  // Read per call (the tests switch it), without allocating.
+  if (const char* e = std::getenv("KBMLA_FP8_SPLIT_ROLES")) {
+    if (std::strcmp(e, "never") == 0) return false;
+    require(std::strcmp(e, "auto") == 0, "KBMLA_FP8_SPLIT_ROLES='", e, "' must be auto or never");
+  }
+  return fp8_split_roles(p);
 }
 
 void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
