@@ -177,6 +177,78 @@ TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
   }
 }
 
+// The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
+// quantised by the quantiser and by its softmax warpgroup (KBMLA_Q_INLINE=always: at every
+// item of a multi-item CTA too): several items per CTA, split requests, the causal tail of
+// q_len 4, 48 rows, pages of 32 and 128, a seqlen of 0, an e4m3 Q.
+TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  GpuCase many{16, 4, {0, 1, 65, 700, 3000, 64, 129, 5000}};
+  many.num_ctas = 5;
+  GpuCase paged{48, 1, {100, 1000, 4097}};
+  paged.page_size = 32;
+  GpuCase big_pages{12, 4, {300, 2000, 77}};
+  big_pages.page_size = 128;
+  GpuCase few_ctas{8, 4, {900, 33, 1500}};
+  few_ctas.num_ctas = 3;
+  GpuCase e4m3_q{16, 4, {3000, 70}};
+  e4m3_q.fp8_q = true;
+  for (const char* q_path : {"always", "never"}) {
+    setenv("KBMLA_Q_INLINE", q_path, 1);
+    for (GpuCase c : {many, paged, big_pages, few_ctas, e4m3_q}) {
+      c.fp8 = true;
+      SCOPED_TRACE(describe(c) + ", KBMLA_Q_INLINE=" + q_path);
+      expect_accurate(c, run_gpu_case(c));
+    }
+  }
+}
+
+// A page out of range in the split-role kernel's tile (16 heads x q_len 4, pages of 32, one
+// item): the error word names it, the output is zeros and the LSE -inf, with Q quantised in
+// the kernel and by the quantiser.
+TEST(GpuSmoke, Fp8SplitRoleKernelReportsABadPage) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  for (const char* q_path : {"always", "never"}) {
+    SCOPED_TRACE(std::string("KBMLA_Q_INLINE=") + q_path);
+    setenv("KBMLA_Q_INLINE", q_path, 1);
+    DecodeConfig config;
+    config.softmax_scale = 0.1f;
+    config.q_len = 4;
+    config.page_size = 32;
+    config.kv_dtype = KvDtype::kFp8E4m3;
+    std::vector<int32_t> seqlens_host = {60};
+    DevicePlan plan = DevicePlan::create(config, seqlens_host);
+    DeviceArray<ref::Bf16> q(std::vector<ref::Bf16>(64 * 576, ref::float_to_bf16(0.5f)));
+    DeviceArray<uint8_t> cache(std::vector<uint8_t>(size_t(2) * 32 * 576, 0x38));  // e4m3 1.0
+    DeviceArray<ref::Bf16> out(64 * 512);
+    out.poison();
+    DeviceArray<int32_t> block_table(std::vector<int32_t>{0, -3}), seqlens(seqlens_host);
+    DeviceArray<float> lse(64);
+    DeviceArray<float> kv_scale(std::vector<float>{1.f});
+    DeviceArray<uint8_t> ws(plan.workspace_bytes());
+    init_workspace(ws.ptr, ws.count, nullptr);
+    KvCache kv(cache.ptr, 2, 32, 576, config.kv_dtype);
+    DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 2, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
+    args.kv_scale = kv_scale.ptr;
+    decode(plan, kv, args);
+    const uint32_t bits = read_device_errors(ws.ptr, nullptr);
+    EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);
+    const std::vector<ref::Bf16> o = out.download();
+    for (size_t i = 0; i < o.size(); ++i) {
+      ASSERT_EQ(ref::bf16_to_float(o[i]), 0.f) << "output element " << i;
+    }
+    const std::vector<float> l = lse.download();
+    for (size_t r = 0; r < l.size(); ++r) EXPECT_TRUE(std::isinf(l[r]) && l[r] < 0) << "lse row " << r << ": " << l[r];
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  }
+}
+
 TEST(GpuSmoke, PagedDeviceSideErrorsOnALaterSmallPage) {
   KBMLA_REQUIRE_SM90();
   // Page size 16: the third page of request 0 (not its first, the one read before the

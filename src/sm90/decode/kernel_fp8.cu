@@ -112,6 +112,7 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
                        cudaStream_t stream, bool after_quantiser) {
   require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
           kDqk, ", ", kDqkNoRope);
+  if (fp8_split_kernel_wanted(p)) return launch_decode_fp8_split(q_maps, kv_maps, p, grid, stream, after_quantiser);
   // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
   const bool narrow = fp8_narrow(p.rows, p.cluster_size);
   if (p.d_qk == kDqkNoRope) {

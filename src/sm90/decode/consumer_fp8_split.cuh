@@ -1,0 +1,209 @@
+// The per-tensor fp8 kernel for tiles of 17..64 rows with split consumer roles
+// (bench/NOTES.md v32: 7-12 % faster than the alternating consumers on those tiles). One
+// softmax warpgroup computes S = Q K^T, the online softmax and P of every block (it alone
+// reads Q; it holds no O accumulators); two P V warpgroups add O^T += V^T P^T for dims
+// 256 pv.. and write the output (and quantise Q with p.q_inline). Per stage, the softmax
+// warpgroup writes P over the stage's rope box, the block's factors and rescale flag,
+// fences them to the async proxy and arrives on p_full[stage] (count 128); the P V
+// warpgroups wait on it, rescale, run P V and release the stage (the empty barrier counts
+// their 8 warps). Per item the row statistics go through stats_full / stats_empty[parity]
+// (mbarriers: the softmax warpgroup may run an item ahead, which a named barrier would mix
+// up).
+// Why: in the alternating kernel (consumer_fp8.cuh) each consumer's S, softmax and P V
+// are one serial chain per pair of blocks, joined to the other's by the row-maximum
+// hand-over; here the softmax chain has no P V on it and no hand-over.
+// Registers (512 threads): producer 48 (TMA loaders only; spills 36 / 28 bytes), softmax
+// 112 (S 32 and the row state; at 88 ptxas serialised the S chain), P V 176 (O^T 128 + the
+// V^T fragments of one k-step, 16: at 184 with both k-steps' 32 it spilled and serialised
+// the P V wgmma).
+#pragma once
+
+#include "src/sm90/decode/consumer_fp8.cuh"
+
+namespace kbmla::sm90::fp8 {
+
+constexpr int kSplitThreads = 512;
+constexpr int kSplitProducerRegs = 48;
+constexpr int kSplitSoftmaxRegs = 112;
+constexpr int kSplitPvRegs = 176;
+// kBarFp8QReady with p.q_inline: the P V warpgroups' 256 arrivals, the softmax warpgroup's wait.
+constexpr int kSplitQReadyThreads = 384;
+static_assert(kSplitProducerRegs + kSplitSoftmaxRegs + 2 * kSplitPvRegs == 65536 / 128, "register pool of 512 threads");
+
+// The V^T fragments of one k-step (tokens 32 kb..) for the four M blocks: load_vt_fragments'
+// kb-th half.
+__device__ __forceinline__ void load_vt_half(int pv, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
+                                             int valid_tokens, int kb, uint32_t (&a)[4][4]) {
+  const bool real = 32 * kb + lane < valid_tokens;
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+    const uint32_t addr = stage_addr + (2 * pv + b / 2) * kLatentBoxBytes + (32 * kb + lane) * kLatentBoxRowBytes +
+                          ((((4 * (b % 2) + warp) ^ lane) & 7) << 4);
+    uint32_t r[4];
+    ldmatrix_x4_trans(real ? addr : zero_addr, r);
+    a[b][0] = __byte_perm(r[0], r[1], 0x6420);
+    a[b][1] = __byte_perm(r[0], r[1], 0x7531);
+    a[b][2] = __byte_perm(r[2], r[3], 0x6420);
+    a[b][3] = __byte_perm(r[2], r[3], 0x7531);
+  }
+#pragma unroll
+  for (int b = 0; b < 4; ++b) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[b][j])::"memory");
+  }
+}
+
+struct SplitSmemLayout : SmemLayout {
+  // p_full[kStages] (128 arrivals), stats_full[2] (128), stats_empty[2] (256).
+  static constexpr uint32_t split_barriers = (SmemLayout::end + 7) / 8 * 8;
+  static constexpr uint32_t split_end = split_barriers + 8 * (kStages + 4);
+  static constexpr uint32_t alloc = split_end + 1024;
+};
+static_assert(SplitSmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+
+__device__ __forceinline__ void init_split_barriers(uint8_t* smem) {
+  uint64_t* b = reinterpret_cast<uint64_t*>(smem + SplitSmemLayout::split_barriers);
+  for (int s = 0; s < kStages; ++s) Mbarrier::init(b + s, 128);
+  Mbarrier::init(b + kStages + 0, 128);
+  Mbarrier::init(b + kStages + 1, 128);
+  Mbarrier::init(b + kStages + 2, 2 * 128);
+  Mbarrier::init(b + kStages + 3, 2 * 128);
+  // Only the softmax warpgroup reads Q: the Q tile is free after its 128 arrivals.
+  Mbarrier::init(reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers) + 1, 128);
+  cutlass::arch::fence_barrier_init();
+}
+
+// The softmax warpgroup (threads 128..255).
+template <int QkBoxes>
+__device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t* smem) {
+  const int tid = threadIdx.x - 128, warp = tid / 32, lane = tid % 32;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  uint64_t* q_full = bars + 0;
+  uint64_t* q_empty = bars + 1;
+  uint64_t* full = bars + 2;
+  uint64_t* split = reinterpret_cast<uint64_t*>(smem + SplitSmemLayout::split_barriers);
+  uint64_t* p_full = split;
+  uint64_t* stats_full = split + kStages;
+  uint64_t* stats_empty = split + kStages + 2;
+  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
+  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
+  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][2][64]
+  const uint32_t q_addr = smem_addr(smem + SmemLayout::q);
+  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
+  const float kv_scale = *p.kv_scale;
+  WideRows<QkBoxes> rows(warp, lane);
+  int item_count = 0, block_count = 0;
+  if (p.timeline != nullptr && tid == 0) record_timeline_start(p);
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) continue;
+    // (p is in the constant bank: testing p.q_inline costs no register.)
+    if (p.q_inline) {
+      // The P V warpgroups quantise Q (run_split_pv).
+      named_sync(kBarFp8QReady, kSplitQReadyThreads);
+      rows.begin_item(p, it, kv_scale, QScales{reinterpret_cast<float*>(smem + SmemLayout::q_scales), 1, kRowsPerCta - 1});
+    } else {
+      rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
+      Mbarrier::wait(q_full, item_count & 1);
+    }
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+      rows.block_max(0, q_addr, stage_addr, blk, nullptr);  // S waited for: Q and K read
+      if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
+      rows.alpha0 = lazy_rescale(rows.mx0 * rows.f0, rows.m0);
+      rows.alpha1 = lazy_rescale(rows.mx1 * rows.f1, rows.m1);
+      if (tid % 4 == 0) {
+        row_scale[stage * 64 + rows.r0] = rows.alpha0;
+        row_scale[stage * 64 + rows.r1] = rows.alpha1;
+      }
+      const bool rescale = named_sync_or(kBarFp8OwnerP, 128, rows.alpha0 != 1.f || rows.alpha1 != 1.f);
+      if (tid == 0) rescale_flags[stage] = rescale;
+      rows.write_p(smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
+      fence_view_async_shared();
+      Mbarrier::arrive(p_full + stage);
+    }
+    if (it.blk_end == it.blk_begin && !p.q_inline) Mbarrier::arrive(q_empty);  // (no block: Q unread)
+    const int par = item_count & 1;
+    Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
+    float2* stats = row_stats + par * 2 * kRowsPerCta;
+    rows.publish_stats(0, stats, nullptr, warp, lane);
+    if (lane % 4 == 0) {  // the second consumer slot's sums: none in this kernel
+      stats[kRowsPerCta + rows.r0] = make_float2(rows.m0, 0.f);
+      stats[kRowsPerCta + rows.r1] = make_float2(rows.m1, 0.f);
+    }
+    Mbarrier::arrive(stats_full + par);
+    ++item_count;
+  }
+}
+
+// A P V warpgroup (pv 0: threads 256..383, dims 0..255; pv 1: 384..511, dims 256..511).
+__device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
+  const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
+  const int col_pair = 2 * (lane % 4);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  uint64_t* empty = bars + 2 + kStages;
+  uint64_t* split = reinterpret_cast<uint64_t*>(smem + SplitSmemLayout::split_barriers);
+  uint64_t* p_full = split;
+  uint64_t* stats_full = split + kStages;
+  uint64_t* stats_empty = split + kStages + 2;
+  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
+  const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
+  const float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
+  const float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
+  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
+  const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
+  const float kv_scale = *p.kv_scale;
+  int item_count = 0, block_count = 0;
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) continue;
+    if (p.q_inline) {
+      // Eight warps' quantisation (two row loads in flight per warp; the softmax warpgroup
+      // alone took 4-5 us more per call, v32). The tile is free: this item's softmax waits
+      // for it, and its previous item's S all completed before that item's last P.
+      quantise_q_tile<kQkBoxes * 8, kRowsPerCta, kLatentBoxBytes, kSplitQReadyThreads>(
+          p, it, smem + SmemLayout::q, reinterpret_cast<float*>(smem + SmemLayout::q_scales), 4 * pv + warp, lane);
+    }
+    float o[4][32];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+    }
+    bool bad = false;
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      Mbarrier::wait(p_full + stage, (block_count / kStages) & 1);
+      bad |= stage_flags[stage] != 0;
+      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
+      if (rescale_flags[stage] != 0) rescale_ot(o, row_scale + stage * 64, col_pair);
+      const uint64_t p_desc = desc_k_major_sw64(stage_addr + kPBox * kBoxBytes);
+#pragma unroll
+      for (int kb = 0; kb < 2; ++kb) {
+        uint32_t a[4][4];
+        load_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb, a);
+        wgmma_fence();
+        fence_accumulators(o);
+#pragma unroll
+        for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_accumulators(o);
+      }
+      release_stage(empty + stage, lane, 1);
+    }
+    const int par = item_count & 1;
+    Mbarrier::wait(stats_full + par, (item_count >> 1) & 1);
+    write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, kv_scale, bad, o);
+    Mbarrier::arrive(stats_empty + par);
+    ++item_count;
+  }
+  // The busy interval ends with the output, as the alternating kernel's does.
+  if (pv == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+}
+
+}  // namespace kbmla::sm90::fp8

@@ -1,0 +1,82 @@
+// The per-tensor fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two P V
+// warpgroups (consumer_fp8_split.cuh); kernel.hpp, fp8_split_roles, says which calls take
+// it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with p.q_inline, is
+// quantised by the softmax warpgroup.
+#include <cstdlib>
+#include <cstring>
+
+#include "kbmla/error.hpp"
+#include "src/sm90/decode/consumer_fp8_split.cuh"
+#include "src/sm90/decode/kernel.hpp"
+#include "src/sm90/decode/producer.cuh"
+
+namespace kbmla::sm90 {
+
+namespace fp8 {
+
+__global__ void __launch_bounds__(kSplitThreads, 1)
+    mla_decode_fp8_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
+                                const __grid_constant__ DecodeParams p) {
+  if (plan_failed(p)) return;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  if (threadIdx.x == 0) {
+    if (!p.q_inline) {  // (the Q maps are unset then)
+      cute::prefetch_tma_descriptor(&q_maps.latent);
+      cute::prefetch_tma_descriptor(&q_maps.rope);
+    }
+    cute::prefetch_tma_descriptor(&kv_maps.latent);
+    cute::prefetch_tma_descriptor(&kv_maps.rope);
+    *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
+    init_pipeline_barriers<kStages>(bars, 1);
+    init_split_barriers(smem);
+  }
+  kernel_prologue_sync(1);
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    set_max_registers_dec<kSplitProducerRegs>();
+    if (threadIdx.x < 32) {
+      PagedKvLoader<kQkBoxes, Fp8Smem> kv{&kv_maps, p};
+      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Fp8Smem>(p, kv, smem);
+    } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the context-parallel checks only)
+      grid_dependency_wait();          // the quantised Q
+      run_q_loader<kQkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+    }
+  } else if (wg == 1) {
+    set_max_registers_dec<kSplitSoftmaxRegs>();
+    grid_dependency_wait();  // the Q scales
+    run_split_softmax<kQkBoxes>(p, smem);
+  } else {
+    set_max_registers_inc<kSplitPvRegs>();
+    run_split_pv(p, smem, wg - 2);
+  }
+}
+
+}  // namespace fp8
+
+bool fp8_split_kernel_wanted(const DecodeParams& p) {
+  static_assert(kDqk == 576, "fp8_split_roles tests d_qk 576");
+  // Read per call (the tests switch it), without allocating.
+  if (const char* e = std::getenv("KBMLA_FP8_SPLIT_ROLES")) {
+    if (std::strcmp(e, "never") == 0) return false;
+    require(std::strcmp(e, "auto") == 0, "KBMLA_FP8_SPLIT_ROLES='", e, "' must be auto or never");
+  }
+  return fp8_split_roles(p);
+}
+
+void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
+                             cudaStream_t stream, bool after_quantiser) {
+  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(fp8::SplitSmemLayout::alloc));
+  require(attr_err == cudaSuccess, "decode (fp8 split): cannot reserve ", fp8::SplitSmemLayout::alloc,
+          " bytes of shared memory: ", cudaGetErrorString(attr_err));
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t config = cluster_config(grid, 1, fp8::SplitSmemLayout::alloc, stream, attrs, after_quantiser);
+  config.blockDim = dim3(fp8::kSplitThreads);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
+  require(err == cudaSuccess, "decode (fp8 split): kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace kbmla::sm90
