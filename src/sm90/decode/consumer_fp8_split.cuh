@@ -74,7 +74,7 @@ __device__ __forceinline__ void init_split_barriers(uint8_t* smem) {
 }
 
 // The softmax warpgroup (threads 128..255).
-template <int QkBoxes>
+template <KernelMode Mode, int QkBoxes>
 __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t* smem) {
   const int tid = threadIdx.x - 128, warp = tid / 32, lane = tid % 32;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
@@ -110,6 +110,11 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      if constexpr (Mode == KernelMode::kLoadOnly) {
+        if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
+        Mbarrier::arrive(p_full + stage);
+        continue;
+      }
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       rows.block_max(0, q_addr, stage_addr, blk, nullptr);  // S waited for: Q and K read
       if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
@@ -140,6 +145,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
 }
 
 // A P V warpgroup (pv 0: threads 256..383, dims 0..255; pv 1: 384..511, dims 256..511).
+template <KernelMode Mode>
 __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
@@ -179,6 +185,10 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       const int stage = block_count % kStages;
       Mbarrier::wait(p_full + stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
+      if constexpr (Mode == KernelMode::kLoadOnly) {
+        release_stage(empty + stage, lane, 1);
+        continue;
+      }
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       if (rescale_flags[stage] != 0) rescale_ot(o, row_scale + stage * 64, col_pair);
       const uint64_t p_desc = desc_k_major_sw64(stage_addr + kPBox * kBoxBytes);

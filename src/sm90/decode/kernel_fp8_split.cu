@@ -14,6 +14,13 @@ namespace kbmla::sm90 {
 
 namespace fp8 {
 
+// Ceiling spikes only (bench/NOTES.md), as in kernel_fp8.cu: -DKBMLA_FP8_EXPERIMENT_MODE=1
+// streams the stages without math, =2 runs the math on whatever the stages hold.
+#ifndef KBMLA_FP8_EXPERIMENT_MODE
+#define KBMLA_FP8_EXPERIMENT_MODE 0
+#endif
+constexpr KernelMode kSplitMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
+
 __global__ void __launch_bounds__(kSplitThreads, 1)
     mla_decode_fp8_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
@@ -38,7 +45,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     set_max_registers_dec<kSplitProducerRegs>();
     if (threadIdx.x < 32) {
       PagedKvLoader<kQkBoxes, Fp8Smem> kv{&kv_maps, p};
-      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Fp8Smem>(p, kv, smem);
+      run_kv_loader<kSplitMode, kQkBoxes, false, Fp8Smem>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the context-parallel checks only)
       grid_dependency_wait();          // the quantised Q
       run_q_loader<kQkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
@@ -46,10 +53,10 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
   } else if (wg == 1) {
     set_max_registers_dec<kSplitSoftmaxRegs>();
     grid_dependency_wait();  // the Q scales
-    run_split_softmax<kQkBoxes>(p, smem);
+    run_split_softmax<kSplitMode, kQkBoxes>(p, smem);
   } else {
     set_max_registers_inc<kSplitPvRegs>();
-    run_split_pv(p, smem, wg - 2);
+    run_split_pv<kSplitMode>(p, smem, wg - 2);
   }
 }
 
