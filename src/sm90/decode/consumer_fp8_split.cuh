@@ -145,7 +145,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
 }
 
 // A P V warpgroup (pv 0: threads 256..383, dims 0..255; pv 1: 384..511, dims 256..511).
-template <KernelMode Mode>
+template <KernelMode Mode, int QkBoxes>
 __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
@@ -171,7 +171,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       // Eight warps' quantisation (two row loads in flight per warp; the softmax warpgroup
       // alone took 4-5 us more per call, v32). The tile is free: this item's softmax waits
       // for it, and its previous item's S all completed before that item's last P.
-      quantise_q_tile<kQkBoxes * 8, kRowsPerCta, kLatentBoxBytes, kSplitQReadyThreads>(
+      quantise_q_tile<QkBoxes * 8, kRowsPerCta, kLatentBoxBytes, kSplitQReadyThreads>(
           p, it, smem + SmemLayout::q, reinterpret_cast<float*>(smem + SmemLayout::q_scales), 4 * pv + warp, lane);
     }
     float o[4][32];

@@ -1,5 +1,5 @@
 // The per-tensor fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two P V
-// warpgroups (consumer_fp8_split.cuh); kernel.hpp, fp8_split_roles, says which calls take
+// warpgroups (consumer_fp8_split.cuh), d_qk 576 and 512; kernel.hpp, fp8_split_roles, says which calls take
 // it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with p.q_inline, is
 // quantised by the softmax warpgroup.
 #include <cstdlib>
@@ -21,6 +21,9 @@ namespace fp8 {
 #endif
 constexpr KernelMode kSplitMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 
+// QkBoxes: 9 (d_qk 576) or 8 (512; P still goes to the stage's rope box, which then holds
+// nothing else).
+template <int QkBoxes>
 __global__ void __launch_bounds__(kSplitThreads, 1)
     mla_decode_fp8_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
@@ -29,12 +32,13 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
   uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   if (threadIdx.x == 0) {
-    if (!p.q_inline) {  // (the Q maps are unset then)
-      cute::prefetch_tma_descriptor(&q_maps.latent);
-      cute::prefetch_tma_descriptor(&q_maps.rope);
-    }
+    // (With p.q_inline the Q maps are unset; with d_qk 512 the rope maps.)
+    if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.latent);
     cute::prefetch_tma_descriptor(&kv_maps.latent);
-    cute::prefetch_tma_descriptor(&kv_maps.rope);
+    if constexpr (QkBoxes > kLatentBoxes) {
+      if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.rope);
+      cute::prefetch_tma_descriptor(&kv_maps.rope);
+    }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
     init_pipeline_barriers<kStages>(bars, 1);
     init_split_barriers(smem);
@@ -44,26 +48,25 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
   if (wg == 0) {
     set_max_registers_dec<kSplitProducerRegs>();
     if (threadIdx.x < 32) {
-      PagedKvLoader<kQkBoxes, Fp8Smem> kv{&kv_maps, p};
-      run_kv_loader<kSplitMode, kQkBoxes, false, Fp8Smem>(p, kv, smem);
+      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
+      run_kv_loader<kSplitMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the context-parallel checks only)
       grid_dependency_wait();          // the quantised Q
-      run_q_loader<kQkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+      run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
     }
   } else if (wg == 1) {
     set_max_registers_dec<kSplitSoftmaxRegs>();
     grid_dependency_wait();  // the Q scales
-    run_split_softmax<kSplitMode, kQkBoxes>(p, smem);
+    run_split_softmax<kSplitMode, QkBoxes>(p, smem);
   } else {
     set_max_registers_inc<kSplitPvRegs>();
-    run_split_pv<kSplitMode>(p, smem, wg - 2);
+    run_split_pv<kSplitMode, QkBoxes>(p, smem, wg - 2);
   }
 }
 
 }  // namespace fp8
 
 bool fp8_split_kernel_wanted(const DecodeParams& p) {
-  static_assert(kDqk == 576, "fp8_split_roles tests d_qk 576");
   // Read per call (the tests switch it), without allocating.
   if (const char* e = std::getenv("KBMLA_FP8_SPLIT_ROLES")) {
     if (std::strcmp(e, "never") == 0) return false;
@@ -72,9 +75,11 @@ bool fp8_split_kernel_wanted(const DecodeParams& p) {
   return fp8_split_roles(p);
 }
 
-void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
-                             cudaStream_t stream, bool after_quantiser) {
-  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel;
+namespace {
+template <int QkBoxes>
+void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
+                  cudaStream_t stream, bool after_quantiser) {
+  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(fp8::SplitSmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode (fp8 split): cannot reserve ", fp8::SplitSmemLayout::alloc,
@@ -84,6 +89,13 @@ void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, cons
   config.blockDim = dim3(fp8::kSplitThreads);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
   require(err == cudaSuccess, "decode (fp8 split): kernel launch failed: ", cudaGetErrorString(err));
+}
+}  // namespace
+
+void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
+                             cudaStream_t stream, bool after_quantiser) {
+  if (p.d_qk == kDqkNoRope) return launch_split<kLatentBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  launch_split<kQkBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90
