@@ -170,7 +170,7 @@ TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMoreParts) {
 }
 
 // The split-role kernel (kernel.hpp, fp8_split_roles; bench/NOTES.md v32): per-tensor fp8
-// requests of 17..64 rows, one CTA per tile, pages loaded by one TMA warp.
+// requests of 17..64 rows, one CTA per tile, pages loaded by TMA (8+ tokens).
 TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
   auto params = [](int rows, int d_qk, int cluster_size, int page_log2) {
     sm90::DecodeParams p{};
@@ -189,7 +189,9 @@ TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
   EXPECT_FALSE(sm90::fp8_split_roles(params(16, 576, 1, 6)));  // narrow
   EXPECT_TRUE(sm90::fp8_split_roles(params(64, 512, 1, 6)));
   EXPECT_FALSE(sm90::fp8_split_roles(params(128, 576, 2, 6))); // 2-CTA cluster
-  EXPECT_FALSE(sm90::fp8_split_roles(params(64, 576, 1, 4)));  // two loader warps
+  EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 4)));   // two loader warps
+  EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 3)));
+  EXPECT_FALSE(sm90::fp8_split_roles(params(64, 512, 1, 4)));  // (no d_qk 512 two-loader kernel)
   EXPECT_FALSE(sm90::fp8_split_roles(params(64, 576, 1, 0)));  // row gather
 }
 

@@ -178,9 +178,10 @@ TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
 }
 
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
-// quantised by the quantiser and by its softmax warpgroup (KBMLA_Q_INLINE=always: at every
+// quantised by the quantiser and by its P V warpgroups (KBMLA_Q_INLINE=always: at every
 // item of a multi-item CTA too): several items per CTA, split requests, the causal tail of
-// q_len 4, 48 rows, pages of 32 and 128, a seqlen of 0, an e4m3 Q, d_qk 512.
+// q_len 4, 48 rows, pages of 8, 16 (two loader warps), 32 and 128, a seqlen of 0, an e4m3 Q,
+// d_qk 512.
 TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   struct Restore {
@@ -199,9 +200,13 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   GpuCase no_rope{16, 4, {0, 2000, 130, 777}};
   no_rope.d_qk = 512;
   no_rope.num_ctas = 4;
+  GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
+  pages_of_16.page_size = 16;
+  GpuCase pages_of_8{12, 4, {500, 9}};
+  pages_of_8.page_size = 8;
   for (const char* q_path : {"always", "never"}) {
     setenv("KBMLA_Q_INLINE", q_path, 1);
-    for (GpuCase c : {many, paged, big_pages, few_ctas, e4m3_q, no_rope}) {
+    for (GpuCase c : {many, paged, big_pages, few_ctas, e4m3_q, no_rope, pages_of_16, pages_of_8}) {
       c.fp8 = true;
       SCOPED_TRACE(describe(c) + ", KBMLA_Q_INLINE=" + q_path);
       expect_accurate(c, run_gpu_case(c));

@@ -84,14 +84,14 @@ inline bool fp8_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRo
 
 // Whether the per-tensor fp8 requests of 17..64 rows run the split-role kernel
 // (kernel_fp8_split.cu: a softmax warpgroup feeding two P V warpgroups; bench/NOTES.md v32)
-// rather than the alternating consumers: one CTA per tile, pages loaded by one TMA loader
-// warp (32+ tokens; the smaller pages' second loader and row gather are the alternating
-// kernel's); d_qk 576 or 512 (the caller checked it). Requests of several 64-row tiles
+// rather than the alternating consumers: one CTA per tile, pages loaded by TMA (8+ tokens;
+// pages of 8 and 16 with two loader warps, d_qk 576 only; the row gather of smaller pages
+// is the alternating kernel's); d_qk 576 or 512 (the caller checked it). Requests of several 64-row tiles
 // re-read the KV from L2 and are bound by the tensor pipe, where the alternating consumers
 // measured faster (kimi_uniform_B32_Sq9_H24_L8192 177.6 against 181.9 us).
 inline bool fp8_split_roles(const DecodeParams& p) {
   return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
-         !two_loader_warps(p, p.part_log2);
+         !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
 }
 // fp8_split_roles, unless KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernel;
 // any value but auto and never is an error).

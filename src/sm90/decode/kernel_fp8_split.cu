@@ -22,8 +22,8 @@ namespace fp8 {
 constexpr KernelMode kSplitMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_MODE);
 
 // QkBoxes: 9 (d_qk 576) or 8 (512; P still goes to the stage's rope box, which then holds
-// nothing else).
-template <int QkBoxes>
+// nothing else). kTwoLoaders: kernel.hpp, two_loader_warps (warp 3 loads the odd parts).
+template <int QkBoxes, bool kTwoLoaders>
 __global__ void __launch_bounds__(kSplitThreads, 1)
     mla_decode_fp8_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
@@ -40,14 +40,22 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
       cute::prefetch_tma_descriptor(&kv_maps.rope);
     }
     *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
-    init_pipeline_barriers<kStages>(bars, 1);
+    if constexpr (kTwoLoaders) {
+      // The flags start at 0: the two loader warps each write only their byte.
+      for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+    }
+    init_pipeline_barriers<kStages>(bars, 1, kTwoLoaders ? 2 : 1);
     init_split_barriers(smem);
   }
   kernel_prologue_sync(1);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kSplitProducerRegs>();
-    if (threadIdx.x < 32) {
+    const int warp = threadIdx.x / 32;
+    if (kTwoLoaders && (warp == 0 || warp == PagedKvLoader<QkBoxes, Fp8Smem>::kHelperWarp)) {
+      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
+      run_kv_loader<kSplitMode, QkBoxes, false, Fp8Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
+    } else if (!kTwoLoaders && warp == 0) {
       PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
       run_kv_loader<kSplitMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the context-parallel checks only)
@@ -76,10 +84,10 @@ bool fp8_split_kernel_wanted(const DecodeParams& p) {
 }
 
 namespace {
-template <int QkBoxes>
+template <int QkBoxes, bool kTwoLoaders = false>
 void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                   cudaStream_t stream, bool after_quantiser) {
-  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes>;
+  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes, kTwoLoaders>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(fp8::SplitSmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode (fp8 split): cannot reserve ", fp8::SplitSmemLayout::alloc,
@@ -94,7 +102,11 @@ void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodePar
 
 void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream, bool after_quantiser) {
+  // (d_qk 512 with pages of 8 or 16 tokens keeps the alternating kernel: kernel.hpp.)
   if (p.d_qk == kDqkNoRope) return launch_split<kLatentBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (two_loader_warps(p, p.part_log2)) {
+    return launch_split<kQkBoxes, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  }
   launch_split<kQkBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
