@@ -195,5 +195,29 @@ TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
   EXPECT_FALSE(sm90::fp8_split_roles(params(64, 576, 1, 0)));  // row gather
 }
 
+// The per-block split-role kernel (kernel.hpp, fp8_block_split_roles): per-block requests
+// of 17..64 rows, one CTA per tile, pages of 32+ tokens (one loader warp). Pages of 8 and
+// 16 (two loader warps) and the row gather keep the alternating kernel.
+TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
+  auto params = [](int rows, int cluster_size, int page_log2) {
+    sm90::DecodeParams p{};
+    p.rows = rows;
+    p.d_qk = 576;
+    p.cluster_size = cluster_size;
+    p.page_log2 = page_log2;
+    p.part_log2 = std::min(page_log2, 6);
+    p.gather_rows = page_log2 < 3;
+    return p;
+  };
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 6)));
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(17, 1, 5)));
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(48, 1, 8)));
+  EXPECT_FALSE(sm90::fp8_block_split_roles(params(16, 1, 6)));   // narrow
+  EXPECT_FALSE(sm90::fp8_block_split_roles(params(65, 1, 6)));   // several tiles
+  EXPECT_FALSE(sm90::fp8_block_split_roles(params(128, 2, 6)));  // 2-CTA cluster
+  EXPECT_FALSE(sm90::fp8_block_split_roles(params(64, 1, 4)));   // two loader warps
+  EXPECT_FALSE(sm90::fp8_block_split_roles(params(64, 1, 0)));   // row gather
+}
+
 }  // namespace
 }  // namespace kbmla

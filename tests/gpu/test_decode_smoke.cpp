@@ -1,8 +1,24 @@
 // GPU smoke tier (seconds): one case per policy and the error paths.
+#include <cstring>
+
 #include "tests/gpu/gpu_harness.hpp"
 
 namespace kbmla::test {
 namespace {
+
+// `tokens` per-block-scale cache rows (656 bytes) that decode to 1.0 everywhere: e4m3 1.0
+// (0x38), four fp32 scales of 1.0, the 64 rope values bf16 1.0.
+std::vector<uint8_t> per_block_rows_of_ones(size_t tokens) {
+  std::vector<uint8_t> rows(tokens * 656, 0x38);
+  const float one = 1.f;
+  const ref::Bf16 b = ref::float_to_bf16(1.f);
+  for (size_t t = 0; t < tokens; ++t) {
+    uint8_t* row = rows.data() + t * 656;
+    for (int g = 0; g < 4; ++g) std::memcpy(row + 512 + 4 * g, &one, 4);
+    for (int d = 0; d < 64; ++d) std::memcpy(row + 528 + 2 * d, &b, 2);
+  }
+  return rows;
+}
 
 TEST(GpuSmoke, Kimi16HeadsQLen4EveryPolicy) {
   KBMLA_REQUIRE_SM90();
@@ -135,20 +151,10 @@ TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
       DeviceArray<ref::Bf16> q(std::vector<ref::Bf16>(16 * 576, ref::float_to_bf16(0.5f)));
       // e4m3 0x38 = 1.0; per-block rows: 512 values, four fp32 scales of 1.0, 64 bf16 of 1.0;
       // bf16: 0x3f80 = 1.0 (little-endian bytes 0x80, 0x3f).
-      std::vector<uint8_t> cache_host(size_t(4) * 16 * token_bytes, 0x38);
+      std::vector<uint8_t> cache_host =
+          per_block ? per_block_rows_of_ones(4 * 16) : std::vector<uint8_t>(size_t(4) * 16 * token_bytes, 0x38);
       if (bf16) {
         for (size_t i = 0; i < cache_host.size(); i += 2) cache_host[i] = 0x80, cache_host[i + 1] = 0x3f;
-      }
-      if (per_block) {
-        for (size_t t = 0; t < size_t(4) * 16; ++t) {
-          uint8_t* row = cache_host.data() + t * token_bytes;
-          const float one = 1.f;
-          for (int g = 0; g < 4; ++g) std::memcpy(row + 512 + 4 * g, &one, 4);
-          for (int d = 0; d < 64; ++d) {
-            const ref::Bf16 b = ref::float_to_bf16(1.f);
-            std::memcpy(row + 528 + 2 * d, &b, 2);
-          }
-        }
       }
       DeviceArray<uint8_t> cache(cache_host);
       DeviceArray<ref::Bf16> out(16 * 512);
@@ -177,16 +183,9 @@ TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
   }
 }
 
-// The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
-// quantised by the quantiser and by its P V warpgroups (KBMLA_Q_INLINE=always: at every
-// item of a multi-item CTA too): several items per CTA, split requests, the causal tail of
-// q_len 4, 48 rows, pages of 8, 16 (two loader warps), 32 and 128, a seqlen of 0, an e4m3 Q,
-// d_qk 512.
-TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
-  KBMLA_REQUIRE_SM90();
-  struct Restore {
-    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
-  } restore;
+// Tiles of 17..64 rows for the split-role kernels: several items per CTA, split requests,
+// q_len 4 with the causal tail, 64 / 48 / 32 rows, pages of 32 and 128, a seqlen of 0.
+std::vector<GpuCase> split_role_cases() {
   GpuCase many{16, 4, {0, 1, 65, 700, 3000, 64, 129, 5000}};
   many.num_ctas = 5;
   GpuCase paged{48, 1, {100, 1000, 4097}};
@@ -195,6 +194,19 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   big_pages.page_size = 128;
   GpuCase few_ctas{8, 4, {900, 33, 1500}};
   few_ctas.num_ctas = 3;
+  return {many, paged, big_pages, few_ctas};
+}
+
+// The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
+// quantised by the quantiser and by its P V warpgroups (KBMLA_Q_INLINE=always: at every
+// item of a multi-item CTA too): split_role_cases, pages of 8 and 16 (two loader warps), an
+// e4m3 Q, d_qk 512.
+TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  std::vector<GpuCase> cases = split_role_cases();
   GpuCase e4m3_q{16, 4, {3000, 70}};
   e4m3_q.fp8_q = true;
   GpuCase no_rope{16, 4, {0, 2000, 130, 777}};
@@ -204,9 +216,10 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   pages_of_16.page_size = 16;
   GpuCase pages_of_8{12, 4, {500, 9}};
   pages_of_8.page_size = 8;
+  cases.insert(cases.end(), {e4m3_q, no_rope, pages_of_16, pages_of_8});
   for (const char* q_path : {"always", "never"}) {
     setenv("KBMLA_Q_INLINE", q_path, 1);
-    for (GpuCase c : {many, paged, big_pages, few_ctas, e4m3_q, no_rope, pages_of_16, pages_of_8}) {
+    for (GpuCase c : cases) {
       c.fp8 = true;
       SCOPED_TRACE(describe(c) + ", KBMLA_Q_INLINE=" + q_path);
       expect_accurate(c, run_gpu_case(c));
@@ -214,26 +227,42 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   }
 }
 
-// A page out of range in the split-role kernel's tile (16 heads x q_len 4, pages of 32, one
-// item): the error word names it, the output is zeros and the LSE -inf, with Q quantised in
-// the kernel and by the quantiser.
+// The per-block split-role kernel (kernel_fp8_block_split.cu) on split_role_cases (several
+// items per CTA: the ring of P slots and the group maxima across items), with power-of-two
+// scales and scales of any value.
+TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
+  KBMLA_REQUIRE_SM90();
+  for (GpuCase c : split_role_cases()) {
+    c.fp8_block = true;
+    SCOPED_TRACE(describe(c));
+    expect_accurate(c, run_gpu_case(c));
+    c.fp8_block_any_scales = true;
+    expect_accurate(c, run_gpu_case(c));
+  }
+}
+
+// A page out of range in the split-role kernels' tile (16 heads x q_len 4, pages of 32, one
+// item): the error word names it, the output is zeros and the LSE -inf; per-tensor with Q
+// quantised in the kernel and by the quantiser, and per-block.
 TEST(GpuSmoke, Fp8SplitRoleKernelReportsABadPage) {
   KBMLA_REQUIRE_SM90();
   struct Restore {
     ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
   } restore;
-  for (const char* q_path : {"always", "never"}) {
-    SCOPED_TRACE(std::string("KBMLA_Q_INLINE=") + q_path);
-    setenv("KBMLA_Q_INLINE", q_path, 1);
+  for (const char* q_path : {"always", "never", "per-block"}) {
+    SCOPED_TRACE(q_path);
+    const bool per_block = std::strcmp(q_path, "per-block") == 0;
+    if (!per_block) setenv("KBMLA_Q_INLINE", q_path, 1);
     DecodeConfig config;
     config.softmax_scale = 0.1f;
     config.q_len = 4;
     config.page_size = 32;
-    config.kv_dtype = KvDtype::kFp8E4m3;
+    config.kv_dtype = per_block ? KvDtype::kFp8E4m3PerBlock : KvDtype::kFp8E4m3;
     std::vector<int32_t> seqlens_host = {60};
     DevicePlan plan = DevicePlan::create(config, seqlens_host);
     DeviceArray<ref::Bf16> q(std::vector<ref::Bf16>(64 * 576, ref::float_to_bf16(0.5f)));
-    DeviceArray<uint8_t> cache(std::vector<uint8_t>(size_t(2) * 32 * 576, 0x38));  // e4m3 1.0
+    // e4m3 1.0 (per-block: with scales of 1.0 and a bf16 rope part of 1.0)
+    DeviceArray<uint8_t> cache(per_block ? per_block_rows_of_ones(2 * 32) : std::vector<uint8_t>(2 * 32 * 576, 0x38));
     DeviceArray<ref::Bf16> out(64 * 512);
     out.poison();
     DeviceArray<int32_t> block_table(std::vector<int32_t>{0, -3}), seqlens(seqlens_host);
@@ -243,7 +272,7 @@ TEST(GpuSmoke, Fp8SplitRoleKernelReportsABadPage) {
     init_workspace(ws.ptr, ws.count, nullptr);
     KvCache kv(cache.ptr, 2, 32, 576, config.kv_dtype);
     DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 2, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
-    args.kv_scale = kv_scale.ptr;
+    if (!per_block) args.kv_scale = kv_scale.ptr;
     decode(plan, kv, args);
     const uint32_t bits = read_device_errors(ws.ptr, nullptr);
     EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);

@@ -73,6 +73,33 @@ __device__ __forceinline__ void init_split_barriers(uint8_t* smem) {
   cutlass::arch::fence_barrier_init();
 }
 
+// The softmax warpgroup's hand-over of a block to the P V warpgroups (both split-role
+// kernels): the block's row factors at [stage][row], the OR over its four warps of "a
+// factor below 1" as the stage's rescale flag. Rows: WideRows or its per-block form.
+template <class Rows>
+__device__ __forceinline__ void publish_block_factors(Rows& rows, float* row_scale, volatile uint32_t* rescale_flags,
+                                                      int stage, int tid) {
+  rows.alpha0 = lazy_rescale(rows.mx0 * rows.f0, rows.m0);
+  rows.alpha1 = lazy_rescale(rows.mx1 * rows.f1, rows.m1);
+  if (tid % 4 == 0) {
+    row_scale[stage * 64 + rows.r0] = rows.alpha0;
+    row_scale[stage * 64 + rows.r1] = rows.alpha1;
+  }
+  const bool rescale = named_sync_or(kBarFp8OwnerP, 128, rows.alpha0 != 1.f || rows.alpha1 != 1.f);
+  if (tid == 0) rescale_flags[stage] = rescale;
+}
+
+// The item's row statistics for the P V warpgroups' epilogue, in the consumer-0 slot of
+// row_stats[parity] (the slot-1 sums are zero: one softmax owner).
+template <class Rows>
+__device__ __forceinline__ void publish_split_stats(Rows& rows, float2* stats, int warp, int lane) {
+  rows.publish_stats(0, stats, nullptr, warp, lane);
+  if (lane % 4 == 0) {
+    stats[kRowsPerCta + rows.r0] = make_float2(rows.m0, 0.f);
+    stats[kRowsPerCta + rows.r1] = make_float2(rows.m1, 0.f);
+  }
+}
+
 // The softmax warpgroup (threads 128..255).
 template <KernelMode Mode, int QkBoxes>
 __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t* smem) {
@@ -118,14 +145,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       rows.block_max(0, q_addr, stage_addr, blk, nullptr);  // S waited for: Q and K read
       if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
-      rows.alpha0 = lazy_rescale(rows.mx0 * rows.f0, rows.m0);
-      rows.alpha1 = lazy_rescale(rows.mx1 * rows.f1, rows.m1);
-      if (tid % 4 == 0) {
-        row_scale[stage * 64 + rows.r0] = rows.alpha0;
-        row_scale[stage * 64 + rows.r1] = rows.alpha1;
-      }
-      const bool rescale = named_sync_or(kBarFp8OwnerP, 128, rows.alpha0 != 1.f || rows.alpha1 != 1.f);
-      if (tid == 0) rescale_flags[stage] = rescale;
+      publish_block_factors(rows, row_scale, rescale_flags, stage, tid);
       rows.write_p(smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
       fence_view_async_shared();
       Mbarrier::arrive(p_full + stage);
@@ -133,12 +153,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
     if (it.blk_end == it.blk_begin && !p.q_inline) Mbarrier::arrive(q_empty);  // (no block: Q unread)
     const int par = item_count & 1;
     Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
-    float2* stats = row_stats + par * 2 * kRowsPerCta;
-    rows.publish_stats(0, stats, nullptr, warp, lane);
-    if (lane % 4 == 0) {  // the second consumer slot's sums: none in this kernel
-      stats[kRowsPerCta + rows.r0] = make_float2(rows.m0, 0.f);
-      stats[kRowsPerCta + rows.r1] = make_float2(rows.m1, 0.f);
-    }
+    publish_split_stats(rows, row_stats + par * 2 * kRowsPerCta, warp, lane);
     Mbarrier::arrive(stats_full + par);
     ++item_count;
   }

@@ -93,11 +93,24 @@ inline bool fp8_split_roles(const DecodeParams& p) {
   return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
          !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
 }
-// fp8_split_roles, unless KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernel;
-// any value but auto and never is an error).
+// Whether the per-block fp8 requests of 17..64 rows run the split-role kernel
+// (kernel_fp8_block_split.cu; bench/NOTES.md v32): one CTA per tile, pages of 32+ tokens
+// loaded by one TMA warp (the smaller pages' second loader and row gather are the
+// alternating kernel's).
+inline bool fp8_block_split_roles(const DecodeParams& p) {
+  return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
+         !two_loader_warps(p, p.page_log2);
+}
+// false with KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernels); auto or
+// unset: true; any other value is an error.
+bool split_roles_enabled();
+// fp8_split_roles / fp8_block_split_roles and split_roles_enabled.
 bool fp8_split_kernel_wanted(const DecodeParams& p);
+bool fp8_block_split_kernel_wanted(const DecodeParams& p);
 void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream, bool after_quantiser);
+void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                                   cudaStream_t stream, bool after_quantiser);
 
 // fp8 (e4m3) cache: `q_maps.latent` / `.rope` are the maps of the e4m3 Q (as KvFp8Maps); p.q_scale
 // and p.kv_scale are set; or, with p.q_inline, the maps are unset and the consumers quantise a

@@ -74,14 +74,16 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
 
 }  // namespace fp8
 
-bool fp8_split_kernel_wanted(const DecodeParams& p) {
+bool split_roles_enabled() {
   // Read per call (the tests switch it), without allocating.
   if (const char* e = std::getenv("KBMLA_FP8_SPLIT_ROLES")) {
     if (std::strcmp(e, "never") == 0) return false;
     require(std::strcmp(e, "auto") == 0, "KBMLA_FP8_SPLIT_ROLES='", e, "' must be auto or never");
   }
-  return fp8_split_roles(p);
+  return true;
 }
+
+bool fp8_split_kernel_wanted(const DecodeParams& p) { return fp8_split_roles(p) && split_roles_enabled(); }
 
 namespace {
 template <int QkBoxes, bool kTwoLoaders = false>

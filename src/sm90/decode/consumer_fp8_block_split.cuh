@@ -1,0 +1,187 @@
+// The per-block-scale fp8 kernel for tiles of 17..64 rows with split consumer roles, as the
+// per-tensor one (consumer_fp8_split.cuh): one softmax warpgroup computes S (the group fold
+// of consumer_fp8_block.cuh), the online softmax and the block's four P tiles; two P V
+// warpgroups each add the two groups of their 256 dims and write the output.
+// Where the four P tiles live (the softmax warpgroup may run stages ahead of P V): groups 2
+// and 3 (P V warpgroup 1) over the stage's bf16 rope box, as the alternating kernel's
+// other-consumer tiles; groups 0 and 1 (P V warpgroup 0) in a ring of two 8 KiB slots (the
+// alternating kernel's own-P buffers), slot block_count % 2, given back by P V warpgroup 0
+// through slot_empty (the softmax warpgroup waits before it writes them). The row factors
+// and rescale flag of a block are per stage (the hand-over slots' row maxima are unused
+// here, and the per-stage factors fit in their place).
+// Registers (512 threads): producer 40 (loader, Q loader, scale helper; as the alternating
+// kernel's), softmax 120 (S and one group's product, 64, while it folds), P V 176 (O^T 128
+// and the V^T fragments of one k-step, 16).
+#pragma once
+
+#include "src/sm90/decode/consumer_fp8_block.cuh"
+#include "src/sm90/decode/consumer_fp8_split.cuh"
+
+namespace kbmla::sm90::fp8_block {
+
+constexpr int kBlockSplitProducerRegs = 40;
+constexpr int kBlockSplitSoftmaxRegs = 120;
+constexpr int kBlockSplitPvRegs = 176;
+static_assert(kBlockSplitProducerRegs + kBlockSplitSoftmaxRegs + 2 * kBlockSplitPvRegs == 65536 / 128,
+              "register pool of 512 threads");
+
+struct BlockSplitLayout : SmemLayoutT<false> {
+  using Base = SmemLayoutT<false>;
+  // Per-stage row factors over the hand-over slots' row_scale and row_max (both unused).
+  static_assert(Base::row_scale + 4 * Base::kStages * kRowsPerCta <= Base::group_factors, "per-stage row factors");
+  static_assert(Base::kStages * 4 <= Base::row_scale - Base::rescale_flags, "per-stage rescale flags");
+  // P tiles of groups 0, 1: two slots of [2 groups][kPBytes] over own_p.
+  static constexpr uint32_t kPSlotBytes = 2 * Base::kPBytes;
+  // p_full[kStages] (128), slot_empty[2] (4 warps), stats_full[2] (128), stats_empty[2] (256).
+  static constexpr uint32_t split_barriers = (Base::end + 7) / 8 * 8;
+  static constexpr uint32_t split_end = split_barriers + 8 * (Base::kStages + 6);
+  static constexpr uint32_t alloc = split_end + 1024;
+};
+static_assert(BlockSplitLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+
+__device__ __forceinline__ void init_block_split_barriers(uint8_t* smem) {
+  using L = BlockSplitLayout;
+  uint64_t* b = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
+  for (int s = 0; s < L::kStages; ++s) Mbarrier::init(b + s, 128);
+  Mbarrier::init(b + L::kStages + 0, 4);
+  Mbarrier::init(b + L::kStages + 1, 4);
+  Mbarrier::init(b + L::kStages + 2, 128);
+  Mbarrier::init(b + L::kStages + 3, 128);
+  Mbarrier::init(b + L::kStages + 4, 2 * 128);
+  Mbarrier::init(b + L::kStages + 5, 2 * 128);
+  // Only the softmax warpgroup reads Q: the Q tile is free after its 128 arrivals.
+  Mbarrier::init(reinterpret_cast<uint64_t*>(smem + L::barriers) + 1, 128);
+  cutlass::arch::fence_barrier_init();
+}
+
+// The softmax warpgroup (threads 128..255).
+__device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, uint8_t* smem) {
+  using L = BlockSplitLayout;
+  constexpr int kStages = L::kStages;
+  const int tid = threadIdx.x - 128, warp = tid / 32, lane = tid % 32;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  uint64_t* q_full = bars + 0;
+  uint64_t* q_empty = bars + 1;
+  uint64_t* full = bars + 2;
+  uint64_t* ready = bars + 2 + 2 * kStages;
+  uint64_t* split = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
+  uint64_t* p_full = split;
+  uint64_t* slot_empty = split + kStages;
+  uint64_t* stats_full = split + kStages + 2;
+  uint64_t* stats_empty = split + kStages + 4;
+  float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);  // [stage][64]
+  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
+  float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);  // [parity][2][64]
+  const uint32_t q_addr = smem_addr(smem + L::q);
+  const uint32_t kv_addr = smem_addr(smem + L::kv);
+  BlockWideRows rows(warp, lane);
+  int item_count = 0, block_count = 0;
+  if (p.timeline != nullptr && tid == 0) record_timeline_start(p);
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) continue;
+    rows.begin_item(p, it, fp8::global_q_scales(p, it));
+    Mbarrier::wait(q_full, item_count & 1);
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      const uint32_t phase = (block_count / kStages) & 1;
+      Mbarrier::wait(ready + stage, phase);  // the helper's transposed scales and P ratios
+      Mbarrier::wait(full + stage, phase);
+      const uint32_t stage_addr = kv_addr + stage * kStageBytes;
+      const float* scales =
+          reinterpret_cast<const float*>(smem + L::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
+      rows.block_max(0, q_addr, stage_addr, scales, blk, nullptr);  // S waited for: Q and K read
+      if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
+      fp8::publish_block_factors(rows, row_scale, rescale_flags, stage, tid);
+      const int slot = block_count & 1;
+      Mbarrier::wait(slot_empty + slot, ((block_count >> 1) & 1) ^ 1);
+      const __half2* ratios = reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32;
+      // write_p_tiles as consumer 0: groups 0, 1 to the slot, 2, 3 over the stage's rope box.
+      rows.write_p(0, nullptr, ratios, make_float4(0.f, 0.f, 0.f, 0.f), smem + L::own_p + slot * L::kPSlotBytes,
+                   smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, lane);
+      fence_view_async_shared();
+      Mbarrier::arrive(p_full + stage);
+    }
+    if (it.blk_end == it.blk_begin) Mbarrier::arrive(q_empty);  // (no block: Q unread)
+    const int par = item_count & 1;
+    Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
+    fp8::publish_split_stats(rows, row_stats + par * 2 * kRowsPerCta, warp, lane);
+    Mbarrier::arrive(stats_full + par);
+    ++item_count;
+  }
+}
+
+// A P V warpgroup (pv 0: threads 256..383, groups 0, 1; pv 1: 384..511, groups 2, 3).
+__device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
+  using L = BlockSplitLayout;
+  constexpr int kStages = L::kStages;
+  const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
+  const int col_pair = 2 * (lane % 4);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  uint64_t* empty = bars + 2 + kStages;
+  uint64_t* split = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
+  uint64_t* p_full = split;
+  uint64_t* slot_empty = split + kStages;
+  uint64_t* stats_full = split + kStages + 2;
+  uint64_t* stats_empty = split + kStages + 4;
+  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
+  const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
+  const float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);
+  const float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);
+  const float4* factors = reinterpret_cast<const float4*>(smem + L::group_factors);
+  const uint32_t kv_addr = smem_addr(smem + L::kv);
+  const uint32_t slots_addr = smem_addr(smem + L::own_p);
+  const uint32_t zero_addr = smem_addr(smem + L::zero_row);
+  int item_count = 0, block_count = 0;
+  TileWalker walker(p);
+  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
+    const Item it = resolve_item(p, w);
+    if (!it.run) continue;
+    float o[4][32];
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+#pragma unroll
+      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+    }
+    float2 group_max = make_float2(1.f, 1.f);
+    bool bad = false;
+    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      const int stage = block_count % kStages;
+      const int slot = block_count & 1;
+      Mbarrier::wait(p_full + stage, (block_count / kStages) & 1);
+      bad |= stage_flags[stage] != 0;
+      const uint32_t stage_addr = kv_addr + stage * kStageBytes;
+      if (rescale_flags[stage] != 0) fp8::rescale_ot(o, row_scale + stage * 64, col_pair);
+      // O of the groups in units of M_g: rescaled when M_g grew; the last block's M_g ends it.
+      rescale_groups(pv, o, factors, stage);
+      if (blk + 1 == it.blk_end) group_max = own_groups(pv, factors[3 * stage]);
+      const uint32_t p_addr = pv == 0 ? slots_addr + slot * L::kPSlotBytes : stage_addr + kRopeBox * fp8::kBoxBytes;
+      const uint64_t p_desc = desc_k_major_sw64(p_addr);
+#pragma unroll
+      for (int kb = 0; kb < 2; ++kb) {
+        uint32_t a[4][4];
+        fp8::load_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb, a);
+        wgmma_fence();
+        fp8::fence_accumulators(o);
+        // M blocks 0, 1: group 2 pv's P tile; 2, 3: group 2 pv + 1's, L::kPBytes on.
+#pragma unroll
+        for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, (b >> 1) * L::kPBytes + kb * 32), o[b]);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fp8::fence_accumulators(o);
+      }
+      if (pv == 0 && lane == 0) Mbarrier::arrive(slot_empty + slot);
+      release_stage(empty + stage, lane, 1);
+    }
+    const int par = item_count & 1;
+    Mbarrier::wait(stats_full + par, (item_count >> 1) & 1);
+    scale_groups(o, group_max);  // O of group g was in units of M_g
+    write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, 1.f, bad, o);
+    Mbarrier::arrive(stats_empty + par);
+    ++item_count;
+  }
+  if (pv == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
+}
+
+}  // namespace kbmla::sm90::fp8_block

@@ -1,0 +1,78 @@
+// The per-block-scale fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two
+// P V warpgroups (consumer_fp8_block_split.cuh); kernel.hpp, fp8_block_split_roles, says
+// which calls take it. Q comes by TMA (the quantiser's e4m3 latent part, the bf16 rope).
+#include "kbmla/error.hpp"
+#include "src/sm90/decode/consumer_fp8_block_split.cuh"
+#include "src/sm90/decode/kernel.hpp"
+#include "src/sm90/decode/producer.cuh"
+
+namespace kbmla::sm90 {
+
+namespace fp8_block {
+
+__global__ void __launch_bounds__(fp8::kSplitThreads, 1)
+    mla_decode_fp8_block_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
+                                      const __grid_constant__ DecodeParams p) {
+  if (plan_failed(p)) return;
+  using L = BlockSplitLayout;
+  using Smem = Fp8BlockSmem<false>;
+  constexpr int kStages = L::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = align_1024(smem_raw);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  if (threadIdx.x == 0) {
+    cute::prefetch_tma_descriptor(&q_maps.latent);
+    cute::prefetch_tma_descriptor(&q_maps.rope);
+    cute::prefetch_tma_descriptor(&kv_maps.data);
+    cute::prefetch_tma_descriptor(&kv_maps.scales);
+    *reinterpret_cast<uint4*>(smem + L::zero_row) = make_uint4(0, 0, 0, 0);
+    for (int s = 0; s < kStages; ++s) Mbarrier::init(bars + 2 + 2 * kStages + s, 1);  // ready: the scale helper
+    init_pipeline_barriers<kStages>(bars, 1);
+    init_block_split_barriers(smem);
+  }
+  kernel_prologue_sync(1);
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    set_max_registers_dec<kBlockSplitProducerRegs>();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0) {
+      PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
+      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
+    } else if (threadIdx.x == 32) {  // Q loader
+      grid_dependency_wait();          // the quantised Q
+      run_q_loader<kQkBoxes, Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+    } else if (warp == 2) {
+      run_scale_helper<false>(p, smem);
+    }
+  } else if (wg == 1) {
+    set_max_registers_dec<kBlockSplitSoftmaxRegs>();
+    grid_dependency_wait();  // the Q scales
+    run_block_split_softmax(p, smem);
+  } else {
+    set_max_registers_inc<kBlockSplitPvRegs>();
+    run_block_split_pv(p, smem, wg - 2);
+  }
+}
+
+}  // namespace fp8_block
+
+bool fp8_block_split_kernel_wanted(const DecodeParams& p) {
+  return fp8_block_split_roles(p) && split_roles_enabled();
+}
+
+void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                                   cudaStream_t stream, bool after_quantiser) {
+  constexpr auto kernel = fp8_block::mla_decode_fp8_block_split_kernel;
+  constexpr uint32_t smem_bytes = fp8_block::BlockSplitLayout::alloc;
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
+  require(attr_err == cudaSuccess, "decode (fp8 per-block split): cannot reserve ", smem_bytes,
+          " bytes of shared memory: ", cudaGetErrorString(attr_err));
+  cudaLaunchAttribute attrs[2];
+  cudaLaunchConfig_t config = cluster_config(grid, 1, smem_bytes, stream, attrs, after_quantiser);
+  config.blockDim = dim3(fp8::kSplitThreads);
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
+  require(err == cudaSuccess, "decode (fp8 per-block split): kernel launch failed: ", cudaGetErrorString(err));
+}
+
+}  // namespace kbmla::sm90
