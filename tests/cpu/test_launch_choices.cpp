@@ -196,8 +196,8 @@ TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
 }
 
 // The per-block split-role kernel (kernel.hpp, fp8_block_split_roles): per-block requests
-// of 17..64 rows, one CTA per tile, pages of 32+ tokens (one loader warp). Pages of 8 and
-// 16 (two loader warps) and the row gather keep the alternating kernel.
+// of 17..64 rows, one CTA per tile, pages of 8+ tokens by TMA (8 and 16 with two loader
+// warps); the row gather keeps the alternating kernel.
 TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
   auto params = [](int rows, int cluster_size, int page_log2) {
     sm90::DecodeParams p{};
@@ -215,7 +215,8 @@ TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(16, 1, 6)));   // narrow
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(65, 1, 6)));   // several tiles
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(128, 2, 6)));  // 2-CTA cluster
-  EXPECT_FALSE(sm90::fp8_block_split_roles(params(64, 1, 4)));   // two loader warps
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 4)));    // two loader warps
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 3)));
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(64, 1, 0)));   // row gather
 }
 

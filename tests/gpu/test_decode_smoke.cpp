@@ -228,11 +228,17 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
 }
 
 // The per-block split-role kernel (kernel_fp8_block_split.cu) on split_role_cases (several
-// items per CTA: the ring of P slots and the group maxima across items), with power-of-two
-// scales and scales of any value.
+// items per CTA: the ring of P slots and the group maxima across items) and pages of 8 and
+// 16 (two loader warps), with power-of-two scales and scales of any value.
 TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
-  for (GpuCase c : split_role_cases()) {
+  std::vector<GpuCase> cases = split_role_cases();
+  GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
+  pages_of_16.page_size = 16;
+  GpuCase pages_of_8{12, 4, {500, 9}};
+  pages_of_8.page_size = 8;
+  cases.insert(cases.end(), {pages_of_16, pages_of_8});
+  for (GpuCase c : cases) {
     c.fp8_block = true;
     SCOPED_TRACE(describe(c));
     expect_accurate(c, run_gpu_case(c));

@@ -94,12 +94,11 @@ inline bool fp8_split_roles(const DecodeParams& p) {
          !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
 }
 // Whether the per-block fp8 requests of 17..64 rows run the split-role kernel
-// (kernel_fp8_block_split.cu; bench/NOTES.md v32): one CTA per tile, pages of 32+ tokens
-// loaded by one TMA warp (the smaller pages' second loader and row gather are the
-// alternating kernel's).
+// (kernel_fp8_block_split.cu; bench/NOTES.md v32): one CTA per tile, pages of 8+ tokens by
+// TMA (8 and 16 with two loader warps; the row gather of smaller pages is the alternating
+// kernel's).
 inline bool fp8_block_split_roles(const DecodeParams& p) {
-  return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
-         !two_loader_warps(p, p.page_log2);
+  return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows;
 }
 // false with KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernels); auto or
 // unset: true; any other value is an error.

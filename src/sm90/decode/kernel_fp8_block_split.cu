@@ -10,6 +10,9 @@ namespace kbmla::sm90 {
 
 namespace fp8_block {
 
+// kTwoLoaders: kernel.hpp, two_loader_warps (warp 3 loads the odd parts of pages of 8 and
+// 16 tokens).
+template <bool kTwoLoaders>
 __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
     mla_decode_fp8_block_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
                                       const __grid_constant__ DecodeParams p) {
@@ -27,7 +30,11 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
     cute::prefetch_tma_descriptor(&kv_maps.scales);
     *reinterpret_cast<uint4*>(smem + L::zero_row) = make_uint4(0, 0, 0, 0);
     for (int s = 0; s < kStages; ++s) Mbarrier::init(bars + 2 + 2 * kStages + s, 1);  // ready: the scale helper
-    init_pipeline_barriers<kStages>(bars, 1);
+    if constexpr (kTwoLoaders) {
+      // The flags start at 0: the two loader warps each write only their byte.
+      for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + L::stage_flags)[s] = 0;
+    }
+    init_pipeline_barriers<kStages>(bars, 1, kTwoLoaders ? 2 : 1);
     init_block_split_barriers(smem);
   }
   kernel_prologue_sync(1);
@@ -35,7 +42,10 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
   if (wg == 0) {
     set_max_registers_dec<kBlockSplitProducerRegs>();
     const int warp = threadIdx.x / 32;
-    if (warp == 0) {
+    if (kTwoLoaders && (warp == 0 || warp == PagedKvLoader<kQkBoxes, Smem>::kHelperWarp)) {
+      PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
+      run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
+    } else if (!kTwoLoaders && warp == 0) {
       PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
       run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader
@@ -60,9 +70,11 @@ bool fp8_block_split_kernel_wanted(const DecodeParams& p) {
   return fp8_block_split_roles(p) && split_roles_enabled();
 }
 
-void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
-                                   cudaStream_t stream, bool after_quantiser) {
-  constexpr auto kernel = fp8_block::mla_decode_fp8_block_split_kernel;
+namespace {
+template <bool kTwoLoaders>
+void launch_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                        cudaStream_t stream, bool after_quantiser) {
+  constexpr auto kernel = fp8_block::mla_decode_fp8_block_split_kernel<kTwoLoaders>;
   constexpr uint32_t smem_bytes = fp8_block::BlockSplitLayout::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
@@ -73,6 +85,15 @@ void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_ma
   config.blockDim = dim3(fp8::kSplitThreads);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
   require(err == cudaSuccess, "decode (fp8 per-block split): kernel launch failed: ", cudaGetErrorString(err));
+}
+}  // namespace
+
+void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
+                                   cudaStream_t stream, bool after_quantiser) {
+  if (two_loader_warps(p, p.page_log2)) {
+    return launch_block_split<true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  }
+  launch_block_split<false>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
 }  // namespace kbmla::sm90
