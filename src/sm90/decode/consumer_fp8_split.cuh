@@ -129,7 +129,8 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
     if (p.q_inline) {
       // The P V warpgroups quantise Q (run_split_pv).
       named_sync(kBarFp8QReady, kSplitQReadyThreads);
-      rows.begin_item(p, it, kv_scale, QScales{reinterpret_cast<float*>(smem + SmemLayout::q_scales), 1, kRowsPerCta - 1});
+      const float* q_scales = reinterpret_cast<float*>(smem + SmemLayout::q_scales);
+      rows.begin_item(p, it, kv_scale, QScales{q_scales, 1, kRowsPerCta - 1});
     } else {
       rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
       Mbarrier::wait(q_full, item_count & 1);
