@@ -12,10 +12,10 @@
 // Why: in the alternating kernel (consumer_fp8.cuh) each consumer's S, softmax and P V
 // are one serial chain per pair of blocks, joined to the other's by the row-maximum
 // hand-over; here the softmax chain has no P V on it and no hand-over.
-// Registers (512 threads): producer 48 (TMA loaders only; spills 36 / 28 bytes), softmax
-// 112 (S 32 and the row state; at 88 ptxas serialised the S chain), P V 176 (O^T 128 + the
-// V^T fragments of one k-step, 16: at 184 with both k-steps' 32 it spilled and serialised
-// the P V wgmma).
+// Registers (512 threads): producer 48 (TMA loaders only; spills 36 / 28 bytes, 48 / 40
+// with two loader warps), softmax 112 (S 32 and the row state; at 88 ptxas serialised the S
+// chain), P V 176 (O^T 128 + the V^T fragments of one k-step, 16: at 184 with both k-steps'
+// 32 it spilled and serialised the P V wgmma).
 #pragma once
 
 #include "src/sm90/decode/consumer_fp8.cuh"

@@ -1,7 +1,7 @@
 // The per-tensor fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two P V
-// warpgroups (consumer_fp8_split.cuh), d_qk 576 and 512; kernel.hpp, fp8_split_roles, says which calls take
-// it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with p.q_inline, is
-// quantised by the softmax warpgroup.
+// warpgroups (consumer_fp8_split.cuh), d_qk 576 and 512; kernel.hpp, fp8_split_roles, says
+// which calls take it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with
+// p.q_inline, is quantised by the P V warpgroups.
 #include <cstdlib>
 #include <cstring>
 
