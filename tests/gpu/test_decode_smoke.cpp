@@ -20,6 +20,21 @@ std::vector<uint8_t> per_block_rows_of_ones(size_t tokens) {
   return rows;
 }
 
+// After a call whose one item met an out-of-range page: the error word names exactly that,
+// every output element is 0 and every LSE row -inf, and the device is still usable.
+void expect_page_error_and_empty_output(const DeviceArray<uint8_t>& ws, const DeviceArray<ref::Bf16>& out,
+                                        const DeviceArray<float>& lse) {
+  const uint32_t bits = read_device_errors(ws.ptr, nullptr);
+  EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);
+  const std::vector<ref::Bf16> o = out.download();
+  for (size_t i = 0; i < o.size(); ++i) {
+    ASSERT_EQ(ref::bf16_to_float(o[i]), 0.f) << "output element " << i;
+  }
+  const std::vector<float> l = lse.download();
+  for (size_t r = 0; r < l.size(); ++r) EXPECT_TRUE(std::isinf(l[r]) && l[r] < 0) << "lse row " << r << ": " << l[r];
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
 TEST(GpuSmoke, Kimi16HeadsQLen4EveryPolicy) {
   KBMLA_REQUIRE_SM90();
   for (Policy policy : {Policy::kWorkList, Policy::kStatic, Policy::kStaticPersistent}) {
@@ -170,15 +185,7 @@ TEST(GpuSmoke, DeviceSideErrorOnEitherLoaderWarpsPage) {
       DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 4, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
       if (dtype == KvDtype::kFp8E4m3) args.kv_scale = kv_scale.ptr;
       decode(plan, kv, args);
-      const uint32_t bits = read_device_errors(ws.ptr, nullptr);
-      EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);
-      const std::vector<ref::Bf16> o = out.download();
-      for (size_t i = 0; i < o.size(); ++i) {
-        ASSERT_EQ(ref::bf16_to_float(o[i]), 0.f) << "output element " << i;
-      }
-      const std::vector<float> l = lse.download();
-      for (size_t r = 0; r < l.size(); ++r) EXPECT_TRUE(std::isinf(l[r]) && l[r] < 0) << "lse row " << r << ": " << l[r];
-      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      expect_page_error_and_empty_output(ws, out, lse);
     }
   }
 }
@@ -280,15 +287,7 @@ TEST(GpuSmoke, Fp8SplitRoleKernelReportsABadPage) {
     DecodeArgs args = make_decode_args(q.ptr, block_table.ptr, 2, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count);
     if (!per_block) args.kv_scale = kv_scale.ptr;
     decode(plan, kv, args);
-    const uint32_t bits = read_device_errors(ws.ptr, nullptr);
-    EXPECT_EQ(bits, uint32_t(kErrPageIndexOutOfRange)) << describe_device_errors(bits);
-    const std::vector<ref::Bf16> o = out.download();
-    for (size_t i = 0; i < o.size(); ++i) {
-      ASSERT_EQ(ref::bf16_to_float(o[i]), 0.f) << "output element " << i;
-    }
-    const std::vector<float> l = lse.download();
-    for (size_t r = 0; r < l.size(); ++r) EXPECT_TRUE(std::isinf(l[r]) && l[r] < 0) << "lse row " << r << ": " << l[r];
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    expect_page_error_and_empty_output(ws, out, lse);
   }
 }
 

@@ -56,10 +56,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_bytes, cudaStream_t stream,
-                                  cudaLaunchAttribute (&attrs)[2], bool programmatic) {
+                                  cudaLaunchAttribute (&attrs)[2], bool programmatic, int threads) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
+  config.blockDim = dim3(threads);
   config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   attrs[0] = cudaLaunchAttribute{};

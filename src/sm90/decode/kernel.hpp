@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "kbmla/error.hpp"
+#include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/params.hpp"
 
 namespace kbmla::sm90 {
@@ -37,13 +38,14 @@ struct KvBlockMaps {
   CUtensorMap scales;
 };
 
-// The launch configuration of a decode kernel: kThreads threads, `smem_bytes`, the grid
-// in clusters of `cluster_size` (attrs[0]) and, when `programmatic`, the permission to
-// begin before the previous kernel in the stream ends (attrs[1]; that kernel triggers it).
+// The launch configuration of a decode kernel: `threads` threads (kThreads, or the
+// split-role kernels' 512), `smem_bytes`, the grid in clusters of `cluster_size` (attrs[0])
+// and, when `programmatic`, the permission to begin before the previous kernel in the
+// stream ends (attrs[1]; that kernel triggers it).
 cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_bytes, cudaStream_t stream,
-                                  cudaLaunchAttribute (&attrs)[2], bool programmatic);
+                                  cudaLaunchAttribute (&attrs)[2], bool programmatic, int threads = kThreads);
 
-// What both kernels' launches share: kThreads threads, `smem_bytes` of dynamic shared
+// What every decode kernel's launch shares: `threads` threads, `smem_bytes` of dynamic shared
 // memory (attr_err: the kernel's limit raise, done once per kernel by the caller),
 // p.cluster_size-CTA clusters, the arguments (q_maps, kv_map, p). Throws naming `who`.
 // `programmatic`: a programmatic dependent of the previous kernel in the stream (the fp8
@@ -52,13 +54,14 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_byt
 template <class KvMaps>
 void launch_clustered(void (*kernel)(QMaps, KvMaps, DecodeParams), uint32_t smem_bytes, cudaError_t attr_err,
                       const QMaps& q_maps, const KvMaps& kv_maps, const DecodeParams& p, dim3 grid,
-                      cudaStream_t stream, const char* who, bool programmatic = false) {
+                      cudaStream_t stream, const char* who, bool programmatic = false, int threads = kThreads) {
   require(attr_err == cudaSuccess, who, ": cannot reserve ", smem_bytes, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   require(grid.x % unsigned(p.cluster_size) == 0, who, ": grid.x (", grid.x,
           ") is not a multiple of the cluster size (", p.cluster_size, ")");
   cudaLaunchAttribute attrs[2];
-  const cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic);
+  const cudaLaunchConfig_t config =
+      cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic, threads);
   const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
   require(launch_err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();

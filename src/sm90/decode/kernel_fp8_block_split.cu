@@ -78,13 +78,8 @@ void launch_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const D
   constexpr uint32_t smem_bytes = fp8_block::BlockSplitLayout::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
-  require(attr_err == cudaSuccess, "decode (fp8 per-block split): cannot reserve ", smem_bytes,
-          " bytes of shared memory: ", cudaGetErrorString(attr_err));
-  cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t config = cluster_config(grid, 1, smem_bytes, stream, attrs, after_quantiser);
-  config.blockDim = dim3(fp8::kSplitThreads);
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
-  require(err == cudaSuccess, "decode (fp8 per-block split): kernel launch failed: ", cudaGetErrorString(err));
+  launch_clustered(kernel, smem_bytes, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 per-block split)",
+                   /*programmatic=*/after_quantiser, fp8::kSplitThreads);
 }
 }  // namespace
 

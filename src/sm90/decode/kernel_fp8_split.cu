@@ -92,13 +92,8 @@ void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodePar
   constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes, kTwoLoaders>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(fp8::SplitSmemLayout::alloc));
-  require(attr_err == cudaSuccess, "decode (fp8 split): cannot reserve ", fp8::SplitSmemLayout::alloc,
-          " bytes of shared memory: ", cudaGetErrorString(attr_err));
-  cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t config = cluster_config(grid, 1, fp8::SplitSmemLayout::alloc, stream, attrs, after_quantiser);
-  config.blockDim = dim3(fp8::kSplitThreads);
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
-  require(err == cudaSuccess, "decode (fp8 split): kernel launch failed: ", cudaGetErrorString(err));
+  launch_clustered(kernel, fp8::SplitSmemLayout::alloc, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 split)",
+                   /*programmatic=*/after_quantiser, fp8::kSplitThreads);
 }
 }  // namespace
 
