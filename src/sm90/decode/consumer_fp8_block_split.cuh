@@ -54,6 +54,53 @@ __device__ __forceinline__ void init_block_split_barriers(uint8_t* smem) {
   cutlass::arch::fence_barrier_init();
 }
 
+// compute_s (consumer_fp8_block.cuh) with each group's scales loaded while its product
+// runs. There the loads follow the wgmma wait (its memory clobber keeps them after it), so
+// the fold's first FFMA waited for them behind the stage's wgmma and TMA traffic: ncu,
+// lognormal_H16_Sq4, ~20 % of the softmax warpgroup's samples. 16 registers more (the
+// alternating kernel's consumers, with O, have none).
+__device__ __forceinline__ void load_group_scales(const float* scales, int g, int col_pair, float2 (&sc)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sc[i] = *reinterpret_cast<const float2*>(scales + g * kBlockTokens + 8 * i + col_pair);
+}
+
+__device__ __forceinline__ void compute_s_scales_ahead(uint32_t q_addr, uint32_t stage_addr, const float* scales,
+                                                       int col_pair, float inv_qs0, float inv_qs1, float (&s)[32]) {
+  constexpr uint32_t kQBox = SmemLayoutT<false>::kQLatentBoxBytes;
+  const uint64_t q_desc = desc_k_major(q_addr), k_desc = desc_k_major(stage_addr);
+  float t[32];
+  float2 sc[8];
+  issue_s_rope<kQBox>(q_desc, k_desc, s);
+  issue_s_group<kQBox>(q_desc, k_desc, 0, t);
+  load_group_scales(scales, 0, col_pair, sc);
+  wgmma_wait<1>();
+  sm90::fence_accumulators(s);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    s[4 * i + 0] *= inv_qs0;
+    s[4 * i + 1] *= inv_qs0;
+    s[4 * i + 2] *= inv_qs1;
+    s[4 * i + 3] *= inv_qs1;
+  }
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    wgmma_wait<0>();
+    sm90::fence_accumulators(t);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      s[4 * i + 0] = fmaf(t[4 * i + 0], sc[i].x, s[4 * i + 0]);
+      s[4 * i + 1] = fmaf(t[4 * i + 1], sc[i].y, s[4 * i + 1]);
+      s[4 * i + 2] = fmaf(t[4 * i + 2], sc[i].x, s[4 * i + 2]);
+      s[4 * i + 3] = fmaf(t[4 * i + 3], sc[i].y, s[4 * i + 3]);
+    }
+    if (g + 1 < kGroups) {
+      sm90::fence_accumulators(t);
+      issue_s_group<kQBox>(q_desc, k_desc, g + 1, t);
+      load_group_scales(scales, g + 1, col_pair, sc);
+    }
+  }
+}
+
 // The softmax warpgroup (threads 128..255).
 __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, uint8_t* smem) {
   using L = BlockSplitLayout;
@@ -91,15 +138,28 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
       const uint32_t stage_addr = kv_addr + stage * kStageBytes;
       const float* scales =
           reinterpret_cast<const float*>(smem + L::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
-      rows.block_max(0, q_addr, stage_addr, scales, blk, nullptr);  // S waited for: Q and K read
+      // S (waited for: Q and K read), masked, and its raw row maxima.
+      compute_s_scales_ahead(q_addr, stage_addr, scales, rows.col_pair, rows.inv_qs0, rows.inv_qs1, rows.s);
+      mask_invisible_keys(rows.s, blk, rows.col_pair, rows.vis0, rows.vis1, rows.mask_from);
+      block_row_max(rows.s, rows.mx0, rows.mx1);
       if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
       fp8::publish_block_factors(rows, row_scale, rescale_flags, stage, tid);
       const int slot = block_count & 1;
+      // The lane's P factor pairs (32 registers), loaded before the waits and the
+      // exponentials: read inside write_p_tiles, each group's multiplies waited for loads
+      // that could not move above the previous group's tile stores (ncu: ~10 % of this
+      // warpgroup's samples on the HMUL2).
+      const __half2* ratios = reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32 + lane % 4;
+      __half2 ratio_regs[kGroups][8];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) ratio_regs[g][i] = ratios[g * 32 + 4 * i];
+      }
       Mbarrier::wait(slot_empty + slot, ((block_count >> 1) & 1) ^ 1);
-      const __half2* ratios = reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32;
       // write_p_tiles as consumer 0: groups 0, 1 to the slot, 2, 3 over the stage's rope box.
-      rows.write_p(0, nullptr, ratios, make_float4(0.f, 0.f, 0.f, 0.f), smem + L::own_p + slot * L::kPSlotBytes,
-                   smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, lane);
+      rows.write_p_with(0, [&](int g, int i) { return ratio_regs[g][i]; }, smem + L::own_p + slot * L::kPSlotBytes,
+                        smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, lane);
       fence_view_async_shared();
       Mbarrier::arrive(p_full + stage);
     }
