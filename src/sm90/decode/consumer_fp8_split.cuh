@@ -74,8 +74,12 @@ __device__ __forceinline__ void init_split_barriers(uint8_t* smem) {
 }
 
 // The softmax warpgroup's hand-over of a block to the P V warpgroups (both split-role
-// kernels): the block's row factors at [stage][row], the OR over its four warps of "a
-// factor below 1" as the stage's rescale flag. Rows: WideRows or its per-block form.
+// kernels): the block's row factors at [stage][row]; the stage's rescale flag (a uint32
+// the P V warpgroups test for non-zero) is one byte per warp, "a factor below 1 in the
+// warp's rows", so no barrier across the four warps: each warp's lane 0 writes its byte
+// before its arrival on p_full, which the readers wait for (the warpgroup-wide OR of a
+// named barrier was ~6 % of the per-block kernel's softmax samples, ncu). Rows: WideRows
+// or its per-block form.
 template <class Rows>
 __device__ __forceinline__ void publish_block_factors(Rows& rows, float* row_scale, volatile uint32_t* rescale_flags,
                                                       int stage, int tid) {
@@ -85,8 +89,8 @@ __device__ __forceinline__ void publish_block_factors(Rows& rows, float* row_sca
     row_scale[stage * 64 + rows.r0] = rows.alpha0;
     row_scale[stage * 64 + rows.r1] = rows.alpha1;
   }
-  const bool rescale = named_sync_or(kBarFp8OwnerP, 128, rows.alpha0 != 1.f || rows.alpha1 != 1.f);
-  if (tid == 0) rescale_flags[stage] = rescale;
+  const bool rescale = __any_sync(0xffffffffu, rows.alpha0 != 1.f || rows.alpha1 != 1.f);
+  if (tid % 32 == 0) reinterpret_cast<volatile uint8_t*>(rescale_flags + stage)[tid / 32] = rescale;
 }
 
 // The item's row statistics for the P V warpgroups' epilogue, in the consumer-0 slot of
