@@ -191,11 +191,8 @@ __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, 
 // keeps 3 mantissa bits of the 10) with the helper's factor pairs: one multiply and one
 // conversion per two values (the fp32 version was the largest item of the owner's
 // softmax, ncu). Tiles of this consumer's groups go to its own buffer, the other's over
-// the stage's rope boxes. ratio(g, i): group g's factor pair of the lane's tokens 8i +
-// col_pair + {0, 1} (the helper's pair 4i + lane % 4), read from shared memory where it
-// is used or from registers loaded earlier (the split kernel).
-template <class Ratio>
-__device__ __forceinline__ void write_p_tiles(int wg, const float (&pv)[32], Ratio ratio, uint8_t* own_p,
+// the stage's rope boxes.
+__device__ __forceinline__ void write_p_tiles(int wg, const float (&pv)[32], const __half2* ratios, uint8_t* own_p,
                                               uint8_t* stage_rope, int r0, int r1, int lane) {
   __half2 h0[8], h1[8];  // rows r0, r1: tokens 8i + col_pair + {0, 1}
 #pragma unroll
@@ -210,9 +207,10 @@ __device__ __forceinline__ void write_p_tiles(int wg, const float (&pv)[32], Rat
 #pragma unroll
   for (int g = 0; g < kGroups; ++g) {
     uint8_t* tile = ((g >> 1) == wg ? own_p : stage_rope) + (g & 1) * SmemLayoutT<false>::kPBytes;
+    const __half2* rg = ratios + g * 32 + lane % 4;  // token pair 4i + lane % 4
 #pragma unroll
     for (int gi = 0; gi < 4; ++gi) {
-      const __half2 ra = ratio(g, 2 * gi), rb = ratio(g, 2 * gi + 1);
+      const __half2 ra = rg[8 * gi], rb = rg[8 * gi + 4];  // i = 2 gi, 2 gi + 1
       *reinterpret_cast<uint32_t*>(tile + swizzled64(r0, 16 * gi + 2 * col_pair)) =
           e4m3x2(__hmul2(h0[2 * gi], ra)) | (e4m3x2(__hmul2(h0[2 * gi + 1], rb)) << 16);
       *reinterpret_cast<uint32_t*>(tile + swizzled64(r1, 16 * gi + 2 * col_pair)) =
@@ -311,12 +309,12 @@ struct BlockWideRows : fp8::WideRows<kQkBoxes> {
 
   __device__ __forceinline__ void write_p(int wg, const float*, const __half2* ratios, float4, uint8_t* own_p,
                                          uint8_t* stage_rope, int lane) {
-    const __half2* lane_ratios = ratios + lane % 4;
-    write_p_with(wg, [&](int g, int i) { return lane_ratios[g * 32 + 4 * i]; }, own_p, stage_rope, lane);
+    exponentials();
+    write_p_tiles(wg, s, ratios, own_p, stage_rope, r0, r1, lane);
   }
 
-  template <class Ratio>
-  __device__ __forceinline__ void write_p_with(int wg, Ratio ratio, uint8_t* own_p, uint8_t* stage_rope, int lane) {
+  // s becomes P (fp32, <= 2^kRescaleSlack); the row sums take the block's.
+  __device__ __forceinline__ void exponentials() {
     const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
     float sum0 = 0.f, sum1 = 0.f;
 #pragma unroll
@@ -330,7 +328,6 @@ struct BlockWideRows : fp8::WideRows<kQkBoxes> {
     }
     l0 = l0 * alpha0 + sum0;
     l1 = l1 * alpha1 + sum1;
-    write_p_tiles(wg, s, ratio, own_p, stage_rope, r0, r1, lane);
   }
 };
 

@@ -1,17 +1,19 @@
 // The per-block-scale fp8 kernel for tiles of 17..64 rows with split consumer roles, as the
 // per-tensor one (consumer_fp8_split.cuh): one softmax warpgroup computes S (the group fold
-// of consumer_fp8_block.cuh), the online softmax and the block's four P tiles; two P V
-// warpgroups each add the two groups of their 256 dims and write the output.
-// Where the four P tiles live (the softmax warpgroup may run stages ahead of P V): groups 2
-// and 3 (P V warpgroup 1) over the stage's bf16 rope box, as the alternating kernel's
-// other-consumer tiles; groups 0 and 1 (P V warpgroup 0) in a ring of two 8 KiB slots (the
-// alternating kernel's own-P buffers), slot block_count % 2, given back by P V warpgroup 0
-// through slot_empty (the softmax warpgroup waits before it writes them). The row factors
-// and rescale flag of a block are per stage (the hand-over slots' row maxima are unused
-// here, and the per-stage factors fit in their place).
+// of consumer_fp8_block.cuh), the online softmax and the block's P in f16 over the stage's
+// bf16 rope box (S has read it; it lives as long as the stage); two P V warpgroups each
+// make the e4m3 P tiles of their two groups from it (P x scale_g[token] / M_g, the
+// alternating kernel's write_p_tiles, split between them), add the groups of their 256
+// dims and write the output. The tiles were the softmax warpgroup's, 17 % of its samples on
+// the critical path (ncu, lognormal_H16_Sq4), while the P V warpgroups waited for P about
+// half of theirs. Each P V warpgroup's two tiles have one 8 KiB buffer (the alternating
+// kernel's own-P buffers): it rewrites them only after its last block's wgmma completed.
+// The row factors and rescale flag of a block are per stage (the hand-over slots' row
+// maxima are unused here, and the per-stage factors fit in their place).
 // Registers (512 threads): producer 40 (loader, Q loader, scale helper; as the alternating
 // kernel's), softmax 120 (S and one group's product, 64, while it folds), P V 176 (O^T 128
-// and the V^T fragments of one k-step, 16).
+// and the V^T fragments of one k-step, 16, or the P pairs and tile words, 28; a few
+// loop-invariant spills there, and P V at 184 with softmax 104, no spills, measured level).
 #pragma once
 
 #include "src/sm90/decode/consumer_fp8_block.cuh"
@@ -25,16 +27,22 @@ constexpr int kBlockSplitPvRegs = 176;
 static_assert(kBlockSplitProducerRegs + kBlockSplitSoftmaxRegs + 2 * kBlockSplitPvRegs == 65536 / 128,
               "register pool of 512 threads");
 
+// Named barriers of the P V warpgroups' tiles (8, 9: the alternating kernel's
+// kBarFp8OwnerP, unused here).
+constexpr uint32_t kBarBlockSplitPvTiles = 8;
+
 struct BlockSplitLayout : SmemLayoutT<false> {
   using Base = SmemLayoutT<false>;
   // Per-stage row factors over the hand-over slots' row_scale and row_max (both unused).
   static_assert(Base::row_scale + 4 * Base::kStages * kRowsPerCta <= Base::group_factors, "per-stage row factors");
   static_assert(Base::kStages * 4 <= Base::row_scale - Base::rescale_flags, "per-stage rescale flags");
-  // P tiles of groups 0, 1: two slots of [2 groups][kPBytes] over own_p.
-  static constexpr uint32_t kPSlotBytes = 2 * Base::kPBytes;
-  // p_full[kStages] (128), slot_empty[2] (4 warps), stats_full[2] (128), stats_empty[2] (256).
+  // The P tiles of P V warpgroup pv: [2 groups][kPBytes] at own_p + pv x kPvTileBytes.
+  static constexpr uint32_t kPvTileBytes = 2 * Base::kPBytes;
+  // The block's P in f16 over the stage's rope box: [64 rows][128 bytes].
+  static_assert(kRowsPerCta * kBlockTokens * 2 <= (kQkBoxes - kRopeBox) * fp8::kBoxBytes, "f16 P fits the rope box");
+  // p_full[kStages] (128), stats_full[2] (128), stats_empty[2] (256).
   static constexpr uint32_t split_barriers = (Base::end + 7) / 8 * 8;
-  static constexpr uint32_t split_end = split_barriers + 8 * (Base::kStages + 6);
+  static constexpr uint32_t split_end = split_barriers + 8 * (Base::kStages + 4);
   static constexpr uint32_t alloc = split_end + 1024;
 };
 static_assert(BlockSplitLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
@@ -43,12 +51,10 @@ __device__ __forceinline__ void init_block_split_barriers(uint8_t* smem) {
   using L = BlockSplitLayout;
   uint64_t* b = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
   for (int s = 0; s < L::kStages; ++s) Mbarrier::init(b + s, 128);
-  Mbarrier::init(b + L::kStages + 0, 4);
-  Mbarrier::init(b + L::kStages + 1, 4);
-  Mbarrier::init(b + L::kStages + 2, 128);
-  Mbarrier::init(b + L::kStages + 3, 128);
-  Mbarrier::init(b + L::kStages + 4, 2 * 128);
-  Mbarrier::init(b + L::kStages + 5, 2 * 128);
+  Mbarrier::init(b + L::kStages + 0, 128);
+  Mbarrier::init(b + L::kStages + 1, 128);
+  Mbarrier::init(b + L::kStages + 2, 2 * 128);
+  Mbarrier::init(b + L::kStages + 3, 2 * 128);
   // Only the softmax warpgroup reads Q: the Q tile is free after its 128 arrivals.
   Mbarrier::init(reinterpret_cast<uint64_t*>(smem + L::barriers) + 1, 128);
   cutlass::arch::fence_barrier_init();
@@ -101,6 +107,64 @@ __device__ __forceinline__ void compute_s_scales_ahead(uint32_t q_addr, uint32_t
   }
 }
 
+// The block's P (fp32, the S fragment layout) in f16 at p16: [64 rows][128 bytes], row r's
+// 16-byte chunk k at 16 (k ^ (r % 8)) (conflict-free for these stores and for
+// scale_p_tiles' loads). The lane's pairs of row r, tokens 8i + 2c + {0, 1} (c = lane % 4),
+// fill chunks 2c (i = 0..3) and 2c + 1 (i = 4..7).
+__device__ __forceinline__ void store_p_f16(const float (&p)[32], uint8_t* p16, int r0, int r1, int lane) {
+  const int c = lane % 4;
+  auto h2 = [](float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  };
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const int i = 4 * q;
+    *reinterpret_cast<uint4*>(p16 + r0 * 128 + 16 * ((2 * c + q) ^ (r0 % 8))) =
+        make_uint4(h2(p[4 * i + 0], p[4 * i + 1]), h2(p[4 * i + 4], p[4 * i + 5]), h2(p[4 * i + 8], p[4 * i + 9]),
+                   h2(p[4 * i + 12], p[4 * i + 13]));
+    *reinterpret_cast<uint4*>(p16 + r1 * 128 + 16 * ((2 * c + q) ^ (r1 % 8))) =
+        make_uint4(h2(p[4 * i + 2], p[4 * i + 3]), h2(p[4 * i + 6], p[4 * i + 7]), h2(p[4 * i + 10], p[4 * i + 11]),
+                   h2(p[4 * i + 14], p[4 * i + 15]));
+  }
+}
+
+// P V warpgroup pv's two e4m3 P tiles (groups 2 pv, 2 pv + 1) at tiles from the block's f16
+// P: tile g holds P x scale_g[token] / M_g (the helper's half2 factor pairs) in the byte
+// order of write_p_tiles (consumer_fp8_block.cuh): in row r's 16-byte chunk gi, word c holds
+// tokens 16 gi + 2c + {0, 1} (low half) and 16 gi + 8 + 2c + {0, 1} (high half). Thread t
+// makes row t % 64, tokens 32 h.. (h = t / 64): the f16 pairs i = 4h + m (m = 0..3) of
+// every c, four 16-byte loads; factor pair 4i + c.
+__device__ __forceinline__ void scale_p_tiles(int pv, const uint8_t* p16, const __half2* ratios, uint8_t* tiles,
+                                              int tid) {
+  const int r = tid % 64, h = tid / 64;
+  uint4 x[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) x[c] = *reinterpret_cast<const uint4*>(p16 + r * 128 + 16 * ((2 * c + h) ^ (r % 8)));
+  auto word = [](const uint4& v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; };
+  auto as_h2 = [](uint32_t u) { return *reinterpret_cast<const __half2*>(&u); };
+#pragma unroll
+  for (int gg = 0; gg < 2; ++gg) {
+    const __half2* rg = ratios + (2 * pv + gg) * 32 + 16 * h;
+    uint32_t w[2][4] = {};
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const uint4 rm = *reinterpret_cast<const uint4*>(rg + 4 * m);  // c = 0..3
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const __half2 y = __hmul2(as_h2(word(x[c], m)), as_h2(word(rm, c)));
+        const uint32_t e = __nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(y), __NV_SATFINITE, __NV_E4M3);
+        w[m >> 1][c] |= e << (16 * (m & 1));
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      *reinterpret_cast<uint4*>(tiles + gg * SmemLayoutT<false>::kPBytes + swizzled64(r, 16 * (2 * h + q))) =
+          make_uint4(w[q][0], w[q][1], w[q][2], w[q][3]);
+    }
+  }
+}
+
 // The softmax warpgroup (threads 128..255).
 __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, uint8_t* smem) {
   using L = BlockSplitLayout;
@@ -113,9 +177,8 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
   uint64_t* ready = bars + 2 + 2 * kStages;
   uint64_t* split = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
   uint64_t* p_full = split;
-  uint64_t* slot_empty = split + kStages;
-  uint64_t* stats_full = split + kStages + 2;
-  uint64_t* stats_empty = split + kStages + 4;
+  uint64_t* stats_full = split + kStages;
+  uint64_t* stats_empty = split + kStages + 2;
   float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);  // [stage][64]
   volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
   float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);  // [parity][2][64]
@@ -144,22 +207,9 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
       block_row_max(rows.s, rows.mx0, rows.mx1);
       if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
       fp8::publish_block_factors(rows, row_scale, rescale_flags, stage, tid);
-      const int slot = block_count & 1;
-      // The lane's P factor pairs (32 registers), loaded before the waits and the
-      // exponentials: read inside write_p_tiles, each group's multiplies waited for loads
-      // that could not move above the previous group's tile stores (ncu: ~10 % of this
-      // warpgroup's samples on the HMUL2).
-      const __half2* ratios = reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32 + lane % 4;
-      __half2 ratio_regs[kGroups][8];
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) ratio_regs[g][i] = ratios[g * 32 + 4 * i];
-      }
-      Mbarrier::wait(slot_empty + slot, ((block_count >> 1) & 1) ^ 1);
-      // write_p_tiles as consumer 0: groups 0, 1 to the slot, 2, 3 over the stage's rope box.
-      rows.write_p_with(0, [&](int g, int i) { return ratio_regs[g][i]; }, smem + L::own_p + slot * L::kPSlotBytes,
-                        smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, lane);
+      rows.exponentials();
+      store_p_f16(rows.s, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, rows.r0, rows.r1, lane);
+      // The rope box is rewritten by TMA once the stage is released (async proxy).
       fence_view_async_shared();
       Mbarrier::arrive(p_full + stage);
     }
@@ -182,16 +232,16 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   uint64_t* empty = bars + 2 + kStages;
   uint64_t* split = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
   uint64_t* p_full = split;
-  uint64_t* slot_empty = split + kStages;
-  uint64_t* stats_full = split + kStages + 2;
-  uint64_t* stats_empty = split + kStages + 4;
+  uint64_t* stats_full = split + kStages;
+  uint64_t* stats_empty = split + kStages + 2;
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
   const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
   const float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);
   const float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);
   const float4* factors = reinterpret_cast<const float4*>(smem + L::group_factors);
   const uint32_t kv_addr = smem_addr(smem + L::kv);
-  const uint32_t slots_addr = smem_addr(smem + L::own_p);
+  uint8_t* tiles = smem + L::own_p + pv * L::kPvTileBytes;
+  const uint64_t p_desc = desc_k_major_sw64(smem_addr(tiles));
   const uint32_t zero_addr = smem_addr(smem + L::zero_row);
   int item_count = 0, block_count = 0;
   TileWalker walker(p);
@@ -208,7 +258,6 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
     bool bad = false;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
-      const int slot = block_count & 1;
       Mbarrier::wait(p_full + stage, (block_count / kStages) & 1);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kStageBytes;
@@ -216,8 +265,11 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
       // O of the groups in units of M_g: rescaled when M_g grew; the last block's M_g ends it.
       rescale_groups(pv, o, factors, stage);
       if (blk + 1 == it.blk_end) group_max = own_groups(pv, factors[3 * stage]);
-      const uint32_t p_addr = pv == 0 ? slots_addr + slot * L::kPSlotBytes : stage_addr + kRopeBox * fp8::kBoxBytes;
-      const uint64_t p_desc = desc_k_major_sw64(p_addr);
+      // This warpgroup's tiles: its wgmma of the previous block completed (waited for).
+      scale_p_tiles(pv, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes,
+                    reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32, tiles, tid);
+      fence_view_async_shared();  // for the wgmma (async proxy)
+      named_sync(kBarBlockSplitPvTiles + pv, 128);
 #pragma unroll
       for (int kb = 0; kb < 2; ++kb) {
         uint32_t a[4][4];
@@ -231,7 +283,6 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
         wgmma_wait<0>();
         fp8::fence_accumulators(o);
       }
-      if (pv == 0 && lane == 0) Mbarrier::arrive(slot_empty + slot);
       release_stage(empty + stage, lane, 1);
     }
     const int par = item_count & 1;
