@@ -146,17 +146,30 @@ __device__ __forceinline__ void issue_s_group(uint64_t q_desc, uint64_t k_desc, 
   wgmma_commit();
 }
 
+// The lane's scales of group g (tokens 8i + col_pair + {0, 1}) from the transposed scales.
+__device__ __forceinline__ void load_group_scales(const float* scales, int g, int col_pair, float2 (&sc)[8]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sc[i] = *reinterpret_cast<const float2*>(scales + g * kBlockTokens + 8 * i + col_pair);
+}
+
 // S of the block in units of the row's Q scale: rope / q_scale + sum_g scale_g[token] x
 // (Q8_g . K8_g). Group g + 1 issues once group g is folded (two accumulators fit the
 // register budget, not three). scales: the stage's [4 groups][64 tokens] fp32 (transposed
-// by the helper).
+// by the helper). kScalesAhead (the split kernel's softmax warpgroup, 16 registers the
+// alternating kernel's consumers, with O, do not have): each group's scales load right
+// after its wgmma issue; after the wait (the wait's memory clobber keeps them there) the
+// fold's first FFMA waited for them behind the stage's wgmma and TMA traffic (ncu,
+// lognormal_H16_Sq4: ~20 % of the split softmax warpgroup's samples, v33).
+template <bool kScalesAhead = false>
 __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, const float* scales, int col_pair,
                                           float inv_qs0, float inv_qs1, float (&s)[32]) {
   constexpr uint32_t kQBox = SmemLayoutT<false>::kQLatentBoxBytes;
   const uint64_t q_desc = desc_k_major(q_addr), k_desc = desc_k_major(stage_addr);
   float t[32];
+  float2 sc[8];
   issue_s_rope<kQBox>(q_desc, k_desc, s);
   issue_s_group<kQBox>(q_desc, k_desc, 0, t);
+  if constexpr (kScalesAhead) load_group_scales(scales, 0, col_pair, sc);
   wgmma_wait<1>();
   sm90::fence_accumulators(s);
 #pragma unroll
@@ -170,17 +183,18 @@ __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, 
   for (int g = 0; g < kGroups; ++g) {
     wgmma_wait<0>();
     sm90::fence_accumulators(t);
+    if constexpr (!kScalesAhead) load_group_scales(scales, g, col_pair, sc);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float2 sc = *reinterpret_cast<const float2*>(scales + g * kBlockTokens + 8 * i + col_pair);
-      s[4 * i + 0] = fmaf(t[4 * i + 0], sc.x, s[4 * i + 0]);
-      s[4 * i + 1] = fmaf(t[4 * i + 1], sc.y, s[4 * i + 1]);
-      s[4 * i + 2] = fmaf(t[4 * i + 2], sc.x, s[4 * i + 2]);
-      s[4 * i + 3] = fmaf(t[4 * i + 3], sc.y, s[4 * i + 3]);
+      s[4 * i + 0] = fmaf(t[4 * i + 0], sc[i].x, s[4 * i + 0]);
+      s[4 * i + 1] = fmaf(t[4 * i + 1], sc[i].y, s[4 * i + 1]);
+      s[4 * i + 2] = fmaf(t[4 * i + 2], sc[i].x, s[4 * i + 2]);
+      s[4 * i + 3] = fmaf(t[4 * i + 3], sc[i].y, s[4 * i + 3]);
     }
     if (g + 1 < kGroups) {
       sm90::fence_accumulators(t);
       issue_s_group<kQBox>(q_desc, k_desc, g + 1, t);
+      if constexpr (kScalesAhead) load_group_scales(scales, g + 1, col_pair, sc);
     }
   }
 }

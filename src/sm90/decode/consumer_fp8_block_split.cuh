@@ -60,53 +60,6 @@ __device__ __forceinline__ void init_block_split_barriers(uint8_t* smem) {
   cutlass::arch::fence_barrier_init();
 }
 
-// compute_s (consumer_fp8_block.cuh) with each group's scales loaded while its product
-// runs. There the loads follow the wgmma wait (its memory clobber keeps them after it), so
-// the fold's first FFMA waited for them behind the stage's wgmma and TMA traffic: ncu,
-// lognormal_H16_Sq4, ~20 % of the softmax warpgroup's samples. 16 registers more (the
-// alternating kernel's consumers, with O, have none).
-__device__ __forceinline__ void load_group_scales(const float* scales, int g, int col_pair, float2 (&sc)[8]) {
-#pragma unroll
-  for (int i = 0; i < 8; ++i) sc[i] = *reinterpret_cast<const float2*>(scales + g * kBlockTokens + 8 * i + col_pair);
-}
-
-__device__ __forceinline__ void compute_s_scales_ahead(uint32_t q_addr, uint32_t stage_addr, const float* scales,
-                                                       int col_pair, float inv_qs0, float inv_qs1, float (&s)[32]) {
-  constexpr uint32_t kQBox = SmemLayoutT<false>::kQLatentBoxBytes;
-  const uint64_t q_desc = desc_k_major(q_addr), k_desc = desc_k_major(stage_addr);
-  float t[32];
-  float2 sc[8];
-  issue_s_rope<kQBox>(q_desc, k_desc, s);
-  issue_s_group<kQBox>(q_desc, k_desc, 0, t);
-  load_group_scales(scales, 0, col_pair, sc);
-  wgmma_wait<1>();
-  sm90::fence_accumulators(s);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    s[4 * i + 0] *= inv_qs0;
-    s[4 * i + 1] *= inv_qs0;
-    s[4 * i + 2] *= inv_qs1;
-    s[4 * i + 3] *= inv_qs1;
-  }
-#pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
-    wgmma_wait<0>();
-    sm90::fence_accumulators(t);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      s[4 * i + 0] = fmaf(t[4 * i + 0], sc[i].x, s[4 * i + 0]);
-      s[4 * i + 1] = fmaf(t[4 * i + 1], sc[i].y, s[4 * i + 1]);
-      s[4 * i + 2] = fmaf(t[4 * i + 2], sc[i].x, s[4 * i + 2]);
-      s[4 * i + 3] = fmaf(t[4 * i + 3], sc[i].y, s[4 * i + 3]);
-    }
-    if (g + 1 < kGroups) {
-      sm90::fence_accumulators(t);
-      issue_s_group<kQBox>(q_desc, k_desc, g + 1, t);
-      load_group_scales(scales, g + 1, col_pair, sc);
-    }
-  }
-}
-
 // The block's P (fp32, the S fragment layout) in f16 at p16: [64 rows][128 bytes], row r's
 // 16-byte chunk k at 16 (k ^ (r % 8)) (conflict-free for these stores and for
 // scale_p_tiles' loads). The lane's pairs of row r, tokens 8i + 2c + {0, 1} (c = lane % 4),
@@ -202,7 +155,7 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
       const float* scales =
           reinterpret_cast<const float*>(smem + L::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
       // S (waited for: Q and K read), masked, and its raw row maxima.
-      compute_s_scales_ahead(q_addr, stage_addr, scales, rows.col_pair, rows.inv_qs0, rows.inv_qs1, rows.s);
+      compute_s<true>(q_addr, stage_addr, scales, rows.col_pair, rows.inv_qs0, rows.inv_qs1, rows.s);
       mask_invisible_keys(rows.s, blk, rows.col_pair, rows.vis0, rows.vis1, rows.mask_from);
       block_row_max(rows.s, rows.mx0, rows.mx1);
       if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
