@@ -155,10 +155,10 @@ __device__ __forceinline__ void load_group_scales(const float* scales, int g, in
 // S of the block in units of the row's Q scale: rope / q_scale + sum_g scale_g[token] x
 // (Q8_g . K8_g). Group g + 1 issues once group g is folded (two accumulators fit the
 // register budget, not three). scales: the stage's [4 groups][64 tokens] fp32 (transposed
-// by the helper). kScalesAhead (the split kernel's softmax warpgroup, 16 registers the
-// alternating kernel's consumers, with O, do not have): each group's scales load right
-// after its wgmma issue; after the wait (the wait's memory clobber keeps them there) the
-// fold's first FFMA waited for them behind the stage's wgmma and TMA traffic (ncu,
+// by the helper). kScalesAhead (the split kernel's softmax warpgroup; the alternating
+// kernel's consumers, which hold O, lack the 16 registers): each group's scales are loaded
+// right after its wgmma issue. Loaded after the wait (its memory clobber keeps them there),
+// the fold's first FFMA waited for them behind the stage's wgmma and TMA traffic (ncu,
 // lognormal_H16_Sq4: ~20 % of the split softmax warpgroup's samples, v33).
 template <bool kScalesAhead = false>
 __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, const float* scales, int col_pair,
