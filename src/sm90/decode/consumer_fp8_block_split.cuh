@@ -40,25 +40,11 @@ struct BlockSplitLayout : SmemLayoutT<false> {
   static constexpr uint32_t kPvTileBytes = 2 * Base::kPBytes;
   // The block's P in f16 over the stage's rope box: [64 rows][128 bytes].
   static_assert(kRowsPerCta * kBlockTokens * 2 <= (kQkBoxes - kRopeBox) * fp8::kBoxBytes, "f16 P fits the rope box");
-  // p_full[kStages] (128), stats_full[2] (128), stats_empty[2] (256).
   static constexpr uint32_t split_barriers = (Base::end + 7) / 8 * 8;
-  static constexpr uint32_t split_end = split_barriers + 8 * (Base::kStages + 4);
+  static constexpr uint32_t split_end = split_barriers + fp8::SplitBarriers<Base::kStages>::kBytes;
   static constexpr uint32_t alloc = split_end + 1024;
 };
 static_assert(BlockSplitLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
-
-__device__ __forceinline__ void init_block_split_barriers(uint8_t* smem) {
-  using L = BlockSplitLayout;
-  uint64_t* b = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
-  for (int s = 0; s < L::kStages; ++s) Mbarrier::init(b + s, 128);
-  Mbarrier::init(b + L::kStages + 0, 128);
-  Mbarrier::init(b + L::kStages + 1, 128);
-  Mbarrier::init(b + L::kStages + 2, 2 * 128);
-  Mbarrier::init(b + L::kStages + 3, 2 * 128);
-  // Only the softmax warpgroup reads Q: the Q tile is free after its 128 arrivals.
-  Mbarrier::init(reinterpret_cast<uint64_t*>(smem + L::barriers) + 1, 128);
-  cutlass::arch::fence_barrier_init();
-}
 
 // The block's P (fp32, the S fragment layout) in f16 at p16: [64 rows][128 bytes], row r's
 // 16-byte chunk k at 16 (k ^ (r % 8)) (conflict-free for these stores and for
@@ -128,10 +114,7 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
   uint64_t* q_empty = bars + 1;
   uint64_t* full = bars + 2;
   uint64_t* ready = bars + 2 + 2 * kStages;
-  uint64_t* split = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
-  uint64_t* p_full = split;
-  uint64_t* stats_full = split + kStages;
-  uint64_t* stats_empty = split + kStages + 2;
+  const auto [p_full, stats_full, stats_empty] = fp8::SplitBarriers<kStages>(smem + L::split_barriers);
   float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);  // [stage][64]
   volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
   float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);  // [parity][2][64]
@@ -183,10 +166,7 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
   uint64_t* empty = bars + 2 + kStages;
-  uint64_t* split = reinterpret_cast<uint64_t*>(smem + L::split_barriers);
-  uint64_t* p_full = split;
-  uint64_t* stats_full = split + kStages;
-  uint64_t* stats_empty = split + kStages + 2;
+  const auto [p_full, stats_full, stats_empty] = fp8::SplitBarriers<kStages>(smem + L::split_barriers);
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
   const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
   const float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);

@@ -53,25 +53,39 @@ __device__ __forceinline__ void load_vt_half(int pv, uint32_t stage_addr, uint32
   }
 }
 
+// The split-role kernels' own mbarriers (both formats), after their layout's others:
+// p_full[kRing] (the softmax warpgroup's 128 arrivals per block), stats_full[2] (its 128
+// per item) and stats_empty[2] (the P V warpgroups' 256), by item parity.
+template <int kRing>
+struct SplitBarriers {
+  static constexpr uint32_t kBytes = 8 * (kRing + 4);
+  uint64_t* p_full;
+  uint64_t* stats_full;
+  uint64_t* stats_empty;
+  __device__ __forceinline__ explicit SplitBarriers(uint8_t* at)
+      : p_full(reinterpret_cast<uint64_t*>(at)), stats_full(p_full + kRing), stats_empty(p_full + kRing + 2) {}
+};
+
+// Their arrival counts, and the layout's q_empty (barriers[1]) at 128: only the softmax
+// warpgroup reads Q, so the tile is free after its arrivals.
+template <int kRing>
+__device__ __forceinline__ void init_split_barriers(uint8_t* split_at, uint64_t* layout_barriers) {
+  const SplitBarriers<kRing> b(split_at);
+  for (int s = 0; s < kRing; ++s) Mbarrier::init(b.p_full + s, 128);
+  Mbarrier::init(b.stats_full + 0, 128);
+  Mbarrier::init(b.stats_full + 1, 128);
+  Mbarrier::init(b.stats_empty + 0, 2 * 128);
+  Mbarrier::init(b.stats_empty + 1, 2 * 128);
+  Mbarrier::init(layout_barriers + 1, 128);
+  cutlass::arch::fence_barrier_init();
+}
+
 struct SplitSmemLayout : SmemLayout {
-  // p_full[kStages] (128 arrivals), stats_full[2] (128), stats_empty[2] (256).
   static constexpr uint32_t split_barriers = (SmemLayout::end + 7) / 8 * 8;
-  static constexpr uint32_t split_end = split_barriers + 8 * (kStages + 4);
+  static constexpr uint32_t split_end = split_barriers + SplitBarriers<kStages>::kBytes;
   static constexpr uint32_t alloc = split_end + 1024;
 };
 static_assert(SplitSmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
-
-__device__ __forceinline__ void init_split_barriers(uint8_t* smem) {
-  uint64_t* b = reinterpret_cast<uint64_t*>(smem + SplitSmemLayout::split_barriers);
-  for (int s = 0; s < kStages; ++s) Mbarrier::init(b + s, 128);
-  Mbarrier::init(b + kStages + 0, 128);
-  Mbarrier::init(b + kStages + 1, 128);
-  Mbarrier::init(b + kStages + 2, 2 * 128);
-  Mbarrier::init(b + kStages + 3, 2 * 128);
-  // Only the softmax warpgroup reads Q: the Q tile is free after its 128 arrivals.
-  Mbarrier::init(reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers) + 1, 128);
-  cutlass::arch::fence_barrier_init();
-}
 
 // The softmax warpgroup's hand-over of a block to the P V warpgroups (both split-role
 // kernels): the block's row factors at [stage][row]; the stage's rescale flag (a uint32
@@ -112,10 +126,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
   uint64_t* full = bars + 2;
-  uint64_t* split = reinterpret_cast<uint64_t*>(smem + SplitSmemLayout::split_barriers);
-  uint64_t* p_full = split;
-  uint64_t* stats_full = split + kStages;
-  uint64_t* stats_empty = split + kStages + 2;
+  const auto [p_full, stats_full, stats_empty] = SplitBarriers<kStages>(smem + SplitSmemLayout::split_barriers);
   float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
   volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
   float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][2][64]
@@ -171,10 +182,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
   uint64_t* empty = bars + 2 + kStages;
-  uint64_t* split = reinterpret_cast<uint64_t*>(smem + SplitSmemLayout::split_barriers);
-  uint64_t* p_full = split;
-  uint64_t* stats_full = split + kStages;
-  uint64_t* stats_empty = split + kStages + 2;
+  const auto [p_full, stats_full, stats_empty] = SplitBarriers<kStages>(smem + SplitSmemLayout::split_barriers);
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
   const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
   const float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);

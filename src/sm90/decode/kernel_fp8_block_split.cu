@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
       for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + L::stage_flags)[s] = 0;
     }
     init_pipeline_barriers<kStages>(bars, 1, kTwoLoaders ? 2 : 1);
-    init_block_split_barriers(smem);
+    fp8::init_split_barriers<kStages>(smem + L::split_barriers, bars);
   }
   kernel_prologue_sync(1);
   const int wg = threadIdx.x / 128;

@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
       for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
     }
     init_pipeline_barriers<kStages>(bars, 1, kTwoLoaders ? 2 : 1);
-    init_split_barriers(smem);
+    init_split_barriers<kStages>(smem + SplitSmemLayout::split_barriers, bars);
   }
   kernel_prologue_sync(1);
   const int wg = threadIdx.x / 128;
