@@ -54,6 +54,7 @@ struct BenchOptions {
   bool spike = false;
   bool balance = false;
   bool device_plan = false;
+  bool graph = false;
   int invariant_blocks = 0;
   CostModel cost{0, 0, 0};  // zeros: the decode's default model
 };
@@ -113,6 +114,7 @@ struct Measurement {
   std::string policy;
   int split_kv = 0;
   double median_us = 0, rotated_us = 0, plan_us = 0, host_us = 0;
+  double graph_us = 0;  // --graph: the same call captured in a CUDA graph, replays timed like a run
   bool output_finite = false;
   double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
   double busy_max_us = 0, busy_mean_us = 0;
@@ -311,6 +313,30 @@ int run_bench(const BenchOptions& o) {
       }
       return a;
     };
+    // One call (decode + combine, with the quantiser where the call has one) captured in a
+    // CUDA graph, its replays timed as the runs are (an idle GPU at each replay's event):
+    // what an engine that replays its decode step as a graph pays, without the host's
+    // checks and per-launch work between the event and the first kernel.
+    auto graph_median_us = [&](const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
+      cudaGraph_t graph = nullptr;
+      cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+      try {
+        detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+      }
+      cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      cuda_check(inst, "graph instantiate");
+      const double us = median_us([&](int) { cuda_check(cudaGraphLaunch(exec, stream), "graph launch"); }, o.runs,
+                                  o.warmup, stream);
+      cudaGraphExecDestroy(exec);
+      return us;
+    };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
                        sm90::KernelMode mode = sm90::KernelMode::kFull, int invariant_blocks = 0,
                        bool with_combine = true) {
@@ -354,6 +380,10 @@ int run_bench(const BenchOptions& o) {
           cuda_check(cudaStreamSynchronize(stream), "sync");
         }
         m.host_us = total / kHostRuns;
+      }
+      // (The work list's timed measurement only: not the static sweep's or the warm-up pass.)
+      if (o.graph && policy == Policy::kWorkList && rotated_too && mode == sm90::KernelMode::kFull && with_combine) {
+        m.graph_us = graph_median_us(plan, kv[0], a);
       }
       if (rotated_too && kv.size() > 1) {
         m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
@@ -499,6 +529,7 @@ int run_bench(const BenchOptions& o) {
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
                  (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
                                               : std::string()) +
+                     (best.graph_us > 0 ? fmt::format("  graph {:.1f}", best.graph_us) : std::string()) +
                      (best.combine_end_us >= 0
                           ? fmt::format("  combine +{:.1f}..+{:.1f}", best.combine_start_us, best.combine_end_us)
                           : std::string()) +
@@ -514,6 +545,10 @@ int run_bench(const BenchOptions& o) {
         r["rotated_copies"] = copies;
       }
       if (bc.reference_pct_of_copy) r["reference_pct_of_copy"] = *bc.reference_pct_of_copy;
+      if (best.graph_us > 0) {
+        r["graph_median_us"] = best.graph_us;
+        r["graph_pct_of_copy"] = 100.0 * io_bytes / (best.graph_us * 1e3) / copy_gbps;
+      }
       if (best.combine_end_us >= 0) {
         r["combine_start_after_decode_us"] = best.combine_start_us;
         r["combine_end_after_decode_us"] = best.combine_end_us;
@@ -589,6 +624,9 @@ Action add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_flag("--device-plan", o->device_plan,
                 "Also time the work list planned on the GPU (plan_us is then the GPU replan time)");
+  cmd->add_flag("--graph", o->graph,
+                "Also time each work-list call captured in a CUDA graph (replays, each on an idle GPU as the runs "
+                "are): the call without the host's work before its first kernel");
   cmd->add_flag("--spike", o->spike,
                 "Also time the work-list kernel with loads only (consumers just release stages) and with math only "
                 "(no KV loads): the loader's and the math loop's ceilings (bf16), and every kernel without the "
