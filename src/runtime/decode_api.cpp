@@ -384,6 +384,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   int q_scale_stride = 0;
   sm90::QuantizeQArgs quantize{};
   std::optional<detail::QSource> q_source;  // the per-tensor kernel's in-kernel quantisation
+  bool q_staged = false;                    // the split-role kernel's staged bf16 Q
   if (fp8 && q_e4m3) {
     // The caller's e4m3 Q and its one scale (every row reads q_scale[0]).
     const int64_t row_stride = detail::check_e4m3_q(c, B, a);
@@ -404,6 +405,11 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
                                  q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
+  } else if (fp8 && detail::fp8_stages_q_in_kernel(P)) {
+    // The split-role kernel's Q (q_staged_fp8.cuh): the bf16 rows by TMA in boxes of 32
+    // rows, quantised by its softmax warpgroup; no quantiser kernel.
+    detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col, sm90::kFp8StagedQRows);
+    q_staged = true;
   } else if (fp8 && detail::fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) {
     // A bf16 Q that the decode's consumers quantise per row themselves (q_inline_fp8.cuh):
     // no Q maps, no quantiser kernel.
@@ -455,6 +461,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.q_scale = q_scale;
   p.q_scale_stride = q_scale_stride;
   p.q_inline = q_source.has_value();
+  p.q_staged = q_staged;
   if (q_source) {
     p.q_bf16 = a.q;
     p.q_pe_bf16 = a.q_pe;
@@ -514,7 +521,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       std::memcpy(&kv_maps.latent, half_parts ? cache.half_part_tensor_map() : cache.tensor_map(), sizeof(CUtensorMap));
       std::memcpy(&kv_maps.rope, half_parts ? cache.half_part_aux_tensor_map() : cache.aux_tensor_map(),
                   sizeof(CUtensorMap));
-      const bool after_quantiser = !q_e4m3 && !p.q_inline;
+      const bool after_quantiser = !q_e4m3 && !p.q_inline && !p.q_staged;
       if (after_quantiser) sm90::launch_quantize_q(quantize, stream);
       sm90::launch_decode_fp8(q_maps, kv_maps, p, grid, stream, after_quantiser);
     } else {

@@ -1,5 +1,6 @@
 // Choices the decode call makes from its plan: the fp8 kernels' Q path, the combine's
 // launch shape, the instrumentation buffers' sizes.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -39,6 +40,41 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
   return std::numeric_limits<int>::max();
 }
 
+namespace {
+// Whether a per-tensor fp8 call of this plan runs the split-role kernel (kernel.hpp,
+// fp8_split_roles), from the DecodeParams fields that predicate reads, set as
+// decode_with_mode sets them for tiles of 17..64 rows (parts of min(page, 64) tokens, the
+// row gather below 8-token pages).
+bool per_tensor_split_kernel(const DevicePlan::Impl& P) {
+  const DecodeConfig& c = P.config;
+  sm90::DecodeParams p{};
+  p.cluster_size = P.host.shape.cluster_size;
+  p.rows = c.heads * c.q_len;
+  p.d_qk = c.d_qk;
+  p.gather_rows = c.page_size < 8;
+  p.part_log2 = std::min(__builtin_ctz(unsigned(c.page_size)), 6);
+  return c.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_split_kernel_wanted(p);
+}
+
+// KBMLA_Q_INLINE: "always", "never", or "auto" / unset (nullptr). Read per call (tests
+// switch it), without allocating: the decode call's run path.
+const char* q_inline_setting() {
+  const char* e = std::getenv("KBMLA_Q_INLINE");
+  if (e == nullptr || std::strcmp(e, "auto") == 0) return nullptr;
+  require(std::strcmp(e, "always") == 0 || std::strcmp(e, "never") == 0, "KBMLA_Q_INLINE='", e,
+          "' must be auto, always or never");
+  return e;
+}
+}  // namespace
+
+// The split-role kernel stages a bf16 Q by TMA and quantises it in its softmax warpgroup
+// (q_staged_fp8.cuh) unless KBMLA_Q_INLINE=never asks for the quantiser: against the
+// quantiser's e4m3 Q by TMA, bench/NOTES.md v34.
+bool fp8_stages_q_in_kernel(const DevicePlan::Impl& P) {
+  const char* setting = q_inline_setting();
+  return per_tensor_split_kernel(P) && (setting == nullptr || std::strcmp(setting, "never") != 0);
+}
+
 // Measured on the per-tensor kernel (H200, bench/NOTES.md v27): in the kernel, the
 // quantiser's launch (4-8 us of the call) is saved, and each item start waits for its
 // quantisation, where the quantiser's Q comes ahead by TMA. Tiles of at most 16 rows (one
@@ -49,12 +85,7 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
 // KBMLA_Q_INLINE=always / never overrides the choice (tests, tuning; README).
 bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
   if (P.host.shape.cluster_size != 1) return false;
-  // Read per call (tests switch it), without allocating: the decode call's run path.
-  if (const char* e = std::getenv("KBMLA_Q_INLINE")) {
-    if (std::strcmp(e, "always") == 0) return true;
-    if (std::strcmp(e, "never") == 0) return false;
-    require(std::strcmp(e, "auto") == 0, "KBMLA_Q_INLINE='", e, "' must be auto, always or never");
-  }
+  if (const char* setting = q_inline_setting()) return std::strcmp(setting, "always") == 0;
   return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
 }
 

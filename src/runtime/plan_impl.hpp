@@ -48,6 +48,10 @@ int max_items_per_cta(const DevicePlan::Impl& P);
 // query rows, instead of after the quantiser kernel (launch_choices.cpp says when and why).
 bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows);
 
+// Whether the per-tensor fp8 call stages its bf16 Q for the split-role kernel to quantise
+// (DecodeParams::q_staged; launch_choices.cpp), taking precedence over the above.
+bool fp8_stages_q_in_kernel(const DevicePlan::Impl& P);
+
 // What the combine takes from the plan (the per-call pointers are the caller's to add).
 CombineParams combine_plan_params(const DevicePlan::Impl& P);
 

@@ -40,14 +40,14 @@ int64_t flat_row_stride(const RowStrides& s, int batch, int q_len, int heads, in
   return rs;
 }
 
-void encode_q_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t row_stride,
+void encode_q_map(CUtensorMap* map, const void* base, int64_t rows, int64_t cols, int64_t row_stride, int box_rows,
                   const char* name) {
   // The map's extent in rows ends at the last row's start + its columns, which may be
   // short of a full row stride: TMA zero-fills reads beyond it, which land only in rows
   // >= the request's rows (ignored).
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
   const cuuint64_t strides[1] = {cuuint64_t(row_stride) * 2};
-  const cuuint32_t box[2] = {sm90::kBoxCols, sm90::kRowsPerCta};
+  const cuuint32_t box[2] = {sm90::kBoxCols, cuuint32_t(box_rows)};
   encode_bf16_map(map, base, 2, dims, strides, box, name);
 }
 
@@ -102,14 +102,15 @@ int64_t check_e4m3_q(const DecodeConfig& c, int batch, const DecodeArgs& a) {
 }
 
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
-                int& q_pe_col) {
+                int& q_pe_col, int box_rows) {
   const QSource q = check_q(c, batch, a);
   q_pe_col = q.split ? 0 : sm90::kDqkNoRope;
   std::lock_guard<std::mutex> lock(cache.mutex);
-  if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row) {
-    encode_q_map(&cache.maps.latent, a.q, q.rows, q.latent_cols, q.q_row, "q");
+  if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row ||
+      cache.kind != QMapCache::Kind::kBf16 || cache.box_rows != box_rows) {
+    encode_q_map(&cache.maps.latent, a.q, q.rows, q.latent_cols, q.q_row, box_rows, "q");
     if (q.split) {
-      encode_q_map(&cache.maps.rope, a.q_pe, q.rows, 64, q.pe_row, "q_pe");
+      encode_q_map(&cache.maps.rope, a.q_pe, q.rows, 64, q.pe_row, box_rows, "q_pe");
     } else {
       cache.maps.rope = cache.maps.latent;
     }
@@ -118,6 +119,8 @@ void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache
     cache.q_row = q.q_row;
     cache.q_pe_row = q.pe_row;
     cache.q8 = nullptr;
+    cache.box_rows = box_rows;
+    cache.kind = QMapCache::Kind::kBf16;
   }
   maps = cache.maps;
 }
@@ -126,7 +129,7 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
                     sm90::QMaps& maps, int& q_pe_col) {
   q_pe_col = sm90::kDqkNoRope;  // the rope box is columns 512..575 of the e4m3 rows
   std::lock_guard<std::mutex> lock(cache.mutex);
-  if (cache.q != q8 || cache.q_row != row_stride) {
+  if (cache.q != q8 || cache.q_row != row_stride || cache.kind != QMapCache::Kind::kE4m3) {
     // As the cache's maps (kv_cache.cpp): latent boxes of 128 bytes, the rope box of 64.
     const cuuint64_t dims[2] = {cuuint64_t(c.d_qk), cuuint64_t(rows)};
     const cuuint64_t strides[1] = {cuuint64_t(row_stride)};
@@ -140,6 +143,7 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
     cache.q_pe = nullptr;
     cache.q_row = row_stride;
     cache.q_pe_row = 0;
+    cache.kind = QMapCache::Kind::kE4m3;
   }
   maps = cache.maps;
 }
@@ -149,7 +153,7 @@ void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8,
   q_pe_col = q.split ? 0 : 2 * sm90::kDqkNoRope;
   std::lock_guard<std::mutex> lock(cache.mutex);
   if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row ||
-      cache.q8 != q8 || cache.box_rows != box_rows) {
+      cache.q8 != q8 || cache.box_rows != box_rows || cache.kind != QMapCache::Kind::kPerBlock) {
     // 128-byte boxes with the 128-byte swizzle, as the cache's (kv_cache.cpp).
     const cuuint32_t box[2] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(box_rows)};
     const cuuint64_t latent_dims[2] = {cuuint64_t(sm90::kDqkNoRope), cuuint64_t(q.rows)};
@@ -169,6 +173,7 @@ void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8,
     cache.q_pe_row = q.pe_row;
     cache.q8 = q8;
     cache.box_rows = box_rows;
+    cache.kind = QMapCache::Kind::kPerBlock;
   }
   maps = cache.maps;
 }

@@ -37,7 +37,11 @@ struct QMapCache {
   const void* q_pe = nullptr;
   int64_t q_row = 0, q_pe_row = 0;
   const void* q8 = nullptr;  // per-block fp8: the quantised latent part in the workspace
-  int box_rows = 0;          // per-block fp8: the Q boxes' rows
+  int box_rows = 0;          // the Q boxes' rows (bf16 and per-block maps)
+  // Which function made the maps: one plan's calls may switch between them (the per-tensor
+  // fp8 kernel's staged bf16 Q, the quantiser's or the caller's e4m3 Q), and the other keys
+  // can coincide (the same buffer as bf16 or e4m3 rows of equal stride).
+  enum class Kind { kNone, kBf16, kE4m3, kPerBlock } kind = Kind::kNone;
   sm90::QMaps maps{};
 };
 
@@ -67,9 +71,11 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
 void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int box_rows, QMapCache& cache,
                           sm90::QMaps& maps, int& q_pe_col);
 
-// Checks Q (one tensor, or latent + rope) and returns its maps and the rope column.
+// Checks the bf16 Q (one tensor, or latent + rope) and returns its maps (boxes of 64
+// columns x box_rows rows: the bf16 kernel's 64-row tiles, or the per-tensor fp8
+// split-role kernel's 32-row staging halves) and the rope column.
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
-                int& q_pe_col);
+                int& q_pe_col, int box_rows = sm90::kRowsPerCta);
 
 // Checks out / lse (pointers, strides, dtype, base) and the DCP inputs, and returns the
 // kernels' views of them.

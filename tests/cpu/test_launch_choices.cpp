@@ -19,12 +19,20 @@ namespace {
 
 // A plan's host half, as DevicePlan::create builds it (no device upload).
 // (The Impl holds a mutex: not copyable, so by pointer.)
+struct CacheShape {
+  int page_size = 64;
+  int d_qk = 576;
+  KvDtype kv_dtype = KvDtype::kFp8E4m3;
+};
 std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas,
-                                            Policy policy = Policy::kWorkList, int static_splits = 1) {
+                                            Policy policy = Policy::kWorkList, int static_splits = 1,
+                                            CacheShape cache = {}) {
   auto impl = std::make_unique<DevicePlan::Impl>();
   impl->config.heads = heads;
   impl->config.q_len = q_len;
-  impl->config.kv_dtype = KvDtype::kFp8E4m3;
+  impl->config.kv_dtype = cache.kv_dtype;
+  impl->config.page_size = cache.page_size;
+  impl->config.d_qk = cache.d_qk;
   impl->options.policy = policy;
   impl->options.num_ctas = ctas;
   impl->options.static_splits = static_splits;
@@ -35,14 +43,15 @@ std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vec
 }
 
 struct EnvGuard {
-  explicit EnvGuard(const char* value) {
+  explicit EnvGuard(const char* value, const char* name = "KBMLA_Q_INLINE") : name_(name) {
     if (value) {
-      setenv("KBMLA_Q_INLINE", value, 1);
+      setenv(name_, value, 1);
     } else {
-      unsetenv("KBMLA_Q_INLINE");
+      unsetenv(name_);
     }
   }
-  ~EnvGuard() { unsetenv("KBMLA_Q_INLINE"); }
+  ~EnvGuard() { unsetenv(name_); }
+  const char* name_;
 };
 
 TEST(LaunchChoices, ItemsOfTheBusiestCta) {
@@ -69,6 +78,43 @@ TEST(LaunchChoices, Fp8QPathFollowsTheMeasuredRule) {
   EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(*host_plan(16, 4, many, 3), 64));
   // 2-CTA clusters (more than 64 rows): always the quantiser.
   EXPECT_FALSE(detail::fp8_quantises_q_in_kernel(*host_plan(32, 4, {4096}, 132), 128));
+}
+
+// The per-tensor split-role kernel (17..64 rows, one CTA per tile; pages of 8+ tokens,
+// d_qk 512 from 32) stages its bf16 Q whatever the items per CTA; KBMLA_Q_INLINE=never
+// gives it the quantiser; the other kernels never stage.
+TEST(LaunchChoices, SplitRoleKernelStagesItsQ) {
+  EnvGuard env(nullptr);
+  const std::vector<int32_t> many = {300, 900, 64, 2000, 5, 700, 1200};
+  auto stages = [](const std::unique_ptr<DevicePlan::Impl>& plan) { return detail::fp8_stages_q_in_kernel(*plan); };
+  EXPECT_TRUE(stages(host_plan(16, 4, many, 3)));
+  EXPECT_TRUE(stages(host_plan(16, 4, {4096, 4096}, 132)));
+  EXPECT_TRUE(stages(host_plan(12, 2, many, 3)));  // 24 rows
+  EXPECT_TRUE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {8, 576})));
+  EXPECT_TRUE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {32, 512})));
+  EXPECT_TRUE(stages(host_plan(16, 4, many, 3, Policy::kStatic, 4)));
+  EXPECT_FALSE(stages(host_plan(16, 1, many, 3)));                                     // 16 rows
+  EXPECT_FALSE(stages(host_plan(32, 4, {4096}, 132)));                                 // 2-CTA clusters
+  EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {4, 576})));   // row gather
+  EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {16, 512})));  // d_qk 512, two loaders
+  EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {64, 576, KvDtype::kFp8E4m3PerBlock})));
+  EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {64, 576, KvDtype::kBFloat16})));
+  {
+    EnvGuard roles("never", "KBMLA_FP8_SPLIT_ROLES");
+    EXPECT_FALSE(stages(host_plan(16, 4, many, 3)));
+  }
+  {
+    EnvGuard never("never");
+    EXPECT_FALSE(stages(host_plan(16, 4, many, 3)));
+  }
+  {
+    EnvGuard always("always");
+    EXPECT_TRUE(stages(host_plan(16, 4, many, 3)));
+  }
+  {
+    EnvGuard bad("sometimes");
+    EXPECT_THROW(stages(host_plan(16, 4, many, 3)), Error);
+  }
 }
 
 TEST(LaunchChoices, Fp8QPathOverriddenByTheEnvironment) {

@@ -205,9 +205,9 @@ std::vector<GpuCase> split_role_cases() {
 }
 
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
-// quantised by the quantiser and by its P V warpgroups (KBMLA_Q_INLINE=always: at every
-// item of a multi-item CTA too): split_role_cases, pages of 8 and 16 (two loader warps), an
-// e4m3 Q, d_qk 512.
+// quantised by the quantiser (KBMLA_Q_INLINE=never) and staged by TMA and quantised by its
+// softmax warpgroup (always, auto's choice: q_staged_fp8.cuh): split_role_cases (several
+// items per CTA), pages of 8 and 16 (two loader warps), an e4m3 Q, d_qk 512.
 TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   struct Restore {

@@ -242,8 +242,8 @@ DecodeConfig fp8_config(int heads, int q_len, double scale, KvDtype dtype) {
 }
 
 // The per-tensor fp8 cache with a bf16 Q as q_nope + q_pe in padded, NaN-poisoned buffers,
-// through both of its Q paths (the consumers' quantisation, which reads those strides
-// itself, and the quantiser kernel): the same outputs as the dense call.
+// through both of its Q paths (64-row tiles: the split-role kernel's staged Q, whose TMA
+// maps take those strides, and the quantiser kernel): the same outputs as the dense call.
 TEST(GpuEngineArgs, Fp8CacheWithPaddedSplitQOnBothQPaths) {
   KBMLA_REQUIRE_SM90();
   struct Restore {

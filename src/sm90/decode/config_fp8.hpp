@@ -91,33 +91,36 @@ __host__ __device__ constexpr uint32_t p_ready_barrier(int owner, int block_coun
   return ((block_count >> 1) & 1 ? 10u : 4u) + uint32_t(owner);  // 4, 5 or 10, 11
 }
 
-struct SmemLayout {
+// The layout for a ring of kRing stages (SmemLayout: kStages; the split-role kernel's
+// SplitSmemLayout: kSplitStages, consumer_fp8_split.cuh).
+template <int kRing>
+struct SmemLayoutOf {
   static constexpr uint32_t q = 0;
   static constexpr uint32_t kv = q + kTileBytes;
   // 16 zero bytes: ldmatrix reads them instead of the stage rows of tokens past the
   // request's last token (they may hold anything, NaN included; P is 0 there, 0 x NaN not).
-  static constexpr uint32_t zero_row = kv + kStages * kTileBytes;
+  static constexpr uint32_t zero_row = kv + kRing * kTileBytes;
   static constexpr uint32_t barriers = zero_row + 16;
-  // q_full, q_empty, full[kStages], empty[kStages]
-  static constexpr uint32_t num_barriers = 2 + 2 * kStages;
+  // q_full, q_empty, full[kRing], empty[kRing]
+  static constexpr uint32_t num_barriers = 2 + 2 * kRing;
   static constexpr uint32_t stage_flags = barriers + 8 * num_barriers;
   // The owner's hand-over of each stage's block: any factor below 1, the factors, the
   // running maxima after the block.
-  static constexpr uint32_t rescale_flags = stage_flags + 4 * kStages;      // uint32[stage]
-  static constexpr uint32_t row_scale = rescale_flags + 4 * kStages;        // float[stage][64]
-  static constexpr uint32_t row_max = row_scale + 4 * kStages * kRowsPerCta;  // float[stage][64]
-  static constexpr uint32_t row_stats = row_max + 4 * kStages * kRowsPerCta;  // float2[parity][consumer][64]
+  static constexpr uint32_t rescale_flags = stage_flags + 4 * kRing;      // uint32[stage]
+  static constexpr uint32_t row_scale = rescale_flags + 4 * kRing;        // float[stage][64]
+  static constexpr uint32_t row_max = row_scale + 4 * kRing * kRowsPerCta;  // float[stage][64]
+  static constexpr uint32_t row_stats = row_max + 4 * kRing * kRowsPerCta;  // float2[parity][consumer][64]
   // Per-row Q scales of the item when the consumers quantise Q (q_inline_fp8.cuh).
   static constexpr uint32_t q_scales = row_stats + 8 * 2 * 2 * kRowsPerCta;  // float[64]
   static constexpr uint32_t end = q_scales + 4 * kRowsPerCta;
   static constexpr uint32_t alloc = end + 1024;
+  static_assert(kv % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+  static_assert(alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
+  static_assert(row_stats % 8 == 0, "row statistics are float2");
+  static_assert(barriers % 8 == 0, "mbarriers are 8-byte aligned");
+  static_assert(row_scale % 8 == 0 && row_max % 8 == 0, "the narrow rows' hand-over is float2 pairs");
 };
-static_assert(SmemLayout::kv % 1024 == 0 && kTileBytes % 1024 == 0, "swizzled tiles need 1024-byte alignment");
-static_assert(SmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
-static_assert(SmemLayout::row_stats % 8 == 0, "row statistics are float2");
-static_assert(SmemLayout::barriers % 8 == 0, "mbarriers are 8-byte aligned");
-static_assert(SmemLayout::row_scale % 8 == 0 && SmemLayout::row_max % 8 == 0,
-              "the narrow rows' hand-over is float2 pairs");
+using SmemLayout = SmemLayoutOf<kStages>;
 
 // The producer runs the KV loader (its one-token gather needs 56: the bf16 gather kernel
 // spilled at 40) and the Q loader. A consumer holds O^T (128) and either S of its block

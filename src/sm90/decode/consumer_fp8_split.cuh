@@ -1,12 +1,12 @@
 // The per-tensor fp8 kernel for tiles of 17..64 rows with split consumer roles
 // (bench/NOTES.md v32: 7-12 % faster than the alternating consumers on those tiles). One
 // softmax warpgroup computes S = Q K^T, the online softmax and P of every block (it alone
-// reads Q; it holds no O accumulators); two P V warpgroups add O^T += V^T P^T for dims
-// 256 pv.. and write the output (and quantise Q with p.q_inline). Per stage, the softmax
-// warpgroup writes P over the stage's rope box, the block's factors and rescale flag,
-// fences them to the async proxy and arrives on p_full[stage] (count 128); the P V
-// warpgroups wait on it, rescale, run P V and release the stage (the empty barrier counts
-// their 8 warps). Per item the row statistics go through stats_full / stats_empty[parity]
+// reads Q, and with p.q_staged quantises it from the staging buffer; it holds no O
+// accumulators); two P V warpgroups add O^T += V^T P^T for dims 256 pv.. and write the
+// output. Per stage, the softmax warpgroup writes P over the stage's rope box, the
+// block's factors and rescale flag, fences them to the async proxy and arrives on
+// p_full[stage] (count 128); the P V warpgroups wait on it, rescale, run P V and release
+// the stage (the empty barrier counts their 8 warps). Per item the row statistics go through stats_full / stats_empty[parity]
 // (mbarriers: the softmax warpgroup may run an item ahead, which a named barrier would mix
 // up).
 // Why: in the alternating kernel (consumer_fp8.cuh) each consumer's S, softmax and P V
@@ -19,15 +19,19 @@
 #pragma once
 
 #include "src/sm90/decode/consumer_fp8.cuh"
+#include "src/sm90/decode/q_staged_fp8.cuh"
 
 namespace kbmla::sm90::fp8 {
 
 constexpr int kSplitThreads = 512;
+// Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
+// the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
+constexpr int kSplitStages = 4;
+// The softmax warpgroup's own barrier: its four warps wrote the item's quantised Q.
+constexpr uint32_t kBarSplitSoftmaxQ = 13;
 constexpr int kSplitProducerRegs = 48;
 constexpr int kSplitSoftmaxRegs = 112;
 constexpr int kSplitPvRegs = 176;
-// kBarFp8QReady with p.q_inline: the P V warpgroups' 256 arrivals, the softmax warpgroup's wait.
-constexpr int kSplitQReadyThreads = 384;
 static_assert(kSplitProducerRegs + kSplitSoftmaxRegs + 2 * kSplitPvRegs == 65536 / 128, "register pool of 512 threads");
 
 // The V^T fragments of one k-step (tokens 32 kb..) for the four M blocks: load_vt_fragments'
@@ -80,9 +84,15 @@ __device__ __forceinline__ void init_split_barriers(uint8_t* split_at, uint64_t*
   cutlass::arch::fence_barrier_init();
 }
 
-struct SplitSmemLayout : SmemLayout {
-  static constexpr uint32_t split_barriers = (SmemLayout::end + 7) / 8 * 8;
-  static constexpr uint32_t split_end = split_barriers + SplitBarriers<kStages>::kBytes;
+struct SplitSmemLayout : SmemLayoutOf<kSplitStages> {
+  using Base = SmemLayoutOf<kSplitStages>;
+  // The bf16 Q staging buffer: QkBoxes boxes of kStagingBoxBytes (9 x 4 KiB), 1024-aligned
+  // for the 128-byte swizzle; staging_full (the Q loader's transaction count) and
+  // staging_empty (the softmax warpgroup's 128 arrivals) after it.
+  static constexpr uint32_t q_staging = (Base::end + 1023) / 1024 * 1024;
+  static constexpr uint32_t staging_barriers = q_staging + kQkBoxes * kStagingBoxBytes;
+  static constexpr uint32_t split_barriers = staging_barriers + 16;
+  static constexpr uint32_t split_end = split_barriers + SplitBarriers<kSplitStages>::kBytes;
   static constexpr uint32_t alloc = split_end + 1024;
 };
 static_assert(SplitSmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
@@ -122,51 +132,59 @@ __device__ __forceinline__ void publish_split_stats(Rows& rows, float2* stats, i
 template <KernelMode Mode, int QkBoxes>
 __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t* smem) {
   const int tid = threadIdx.x - 128, warp = tid / 32, lane = tid % 32;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  using L = SplitSmemLayout;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
   uint64_t* q_full = bars + 0;
   uint64_t* q_empty = bars + 1;
   uint64_t* full = bars + 2;
-  const auto [p_full, stats_full, stats_empty] = SplitBarriers<kStages>(smem + SplitSmemLayout::split_barriers);
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
-  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
-  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][2][64]
-  const uint32_t q_addr = smem_addr(smem + SmemLayout::q);
-  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
+  uint64_t* staging_full = reinterpret_cast<uint64_t*>(smem + L::staging_barriers);
+  uint64_t* staging_empty = staging_full + 1;
+  const auto [p_full, stats_full, stats_empty] = SplitBarriers<kSplitStages>(smem + L::split_barriers);
+  float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);
+  volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
+  float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);  // [parity][2][64]
+  float* q_scales = reinterpret_cast<float*>(smem + L::q_scales);
+  const uint32_t q_addr = smem_addr(smem + L::q);
+  const uint32_t kv_addr = smem_addr(smem + L::kv);
   const float kv_scale = *p.kv_scale;
   WideRows<QkBoxes> rows(warp, lane);
-  int item_count = 0, block_count = 0;
+  int item_count = 0, block_count = 0, staged_halves = 0;
   if (p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    // (p is in the constant bank: testing p.q_inline costs no register.)
-    if (p.q_inline) {
-      // The P V warpgroups quantise Q (run_split_pv).
-      named_sync(kBarFp8QReady, kSplitQReadyThreads);
-      const float* q_scales = reinterpret_cast<float*>(smem + SmemLayout::q_scales);
+    // (p is in the constant bank: testing p.q_staged costs no register.)
+    if (p.q_staged) {
+      // Every S of the previous item completed in block_max: the tile is free.
+      for (int h = 0; h < 2; ++h, ++staged_halves) {
+        Mbarrier::wait(staging_full, staged_halves & 1);
+        quantise_staged_half<QkBoxes>(smem + L::q_staging, smem + L::q, q_scales, h, p.rows - it.row_begin, tid);
+        Mbarrier::arrive(staging_empty);
+      }
+      named_sync(kBarSplitSoftmaxQ, 128);
       rows.begin_item(p, it, kv_scale, QScales{q_scales, 1, kRowsPerCta - 1});
     } else {
       rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
       Mbarrier::wait(q_full, item_count & 1);
     }
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kStages;
-      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
+      const int stage = block_count % kSplitStages;
+      Mbarrier::wait(full + stage, (block_count / kSplitStages) & 1);
       if constexpr (Mode == KernelMode::kLoadOnly) {
-        if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
+        if (blk + 1 == it.blk_end && !p.q_staged) Mbarrier::arrive(q_empty);
         Mbarrier::arrive(p_full + stage);
         continue;
       }
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       rows.block_max(0, q_addr, stage_addr, blk, nullptr);  // S waited for: Q and K read
-      if (blk + 1 == it.blk_end && !p.q_inline) Mbarrier::arrive(q_empty);
+      if (blk + 1 == it.blk_end && !p.q_staged) Mbarrier::arrive(q_empty);
       publish_block_factors(rows, row_scale, rescale_flags, stage, tid);
-      rows.write_p(smem + SmemLayout::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
+      rows.write_p(smem + L::kv + stage * kTileBytes + kPBox * kBoxBytes, warp, lane);
       fence_view_async_shared();
       Mbarrier::arrive(p_full + stage);
     }
-    if (it.blk_end == it.blk_begin && !p.q_inline) Mbarrier::arrive(q_empty);  // (no block: Q unread)
+    if (it.blk_end == it.blk_begin && !p.q_staged) Mbarrier::arrive(q_empty);  // (no block: Q unread)
     const int par = item_count & 1;
     Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
     publish_split_stats(rows, row_stats + par * 2 * kRowsPerCta, warp, lane);
@@ -180,28 +198,22 @@ template <KernelMode Mode, int QkBoxes>
 __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
-  uint64_t* empty = bars + 2 + kStages;
-  const auto [p_full, stats_full, stats_empty] = SplitBarriers<kStages>(smem + SplitSmemLayout::split_barriers);
-  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + SmemLayout::rescale_flags);
-  const float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
-  const float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);
-  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint32_t zero_addr = smem_addr(smem + SmemLayout::zero_row);
+  using L = SplitSmemLayout;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  uint64_t* empty = bars + 2 + kSplitStages;
+  const auto [p_full, stats_full, stats_empty] = SplitBarriers<kSplitStages>(smem + L::split_barriers);
+  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
+  const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
+  const float* row_scale = reinterpret_cast<float*>(smem + L::row_scale);
+  const float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);
+  const uint32_t kv_addr = smem_addr(smem + L::kv);
+  const uint32_t zero_addr = smem_addr(smem + L::zero_row);
   const float kv_scale = *p.kv_scale;
   int item_count = 0, block_count = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    if (p.q_inline) {
-      // Eight warps' quantisation (two row loads in flight per warp; the softmax warpgroup
-      // alone took 4-5 us more per call, v32). The tile is free: this item's softmax waits
-      // for it, and its previous item's S all completed before that item's last P.
-      quantise_q_tile<QkBoxes * 8, kRowsPerCta, kLatentBoxBytes, kSplitQReadyThreads>(
-          p, it, smem + SmemLayout::q, reinterpret_cast<float*>(smem + SmemLayout::q_scales), 4 * pv + warp, lane);
-    }
     float o[4][32];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
@@ -210,8 +222,8 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
     }
     bool bad = false;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kStages;
-      Mbarrier::wait(p_full + stage, (block_count / kStages) & 1);
+      const int stage = block_count % kSplitStages;
+      Mbarrier::wait(p_full + stage, (block_count / kSplitStages) & 1);
       bad |= stage_flags[stage] != 0;
       if constexpr (Mode == KernelMode::kLoadOnly) {
         release_stage(empty + stage, lane, 1);

@@ -96,6 +96,9 @@ inline bool fp8_split_roles(const DecodeParams& p) {
   return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
          !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
 }
+// The split-role kernel's bf16 Q (DecodeParams::q_staged): rows per staged half, the rows
+// of its Q maps' boxes (q_staged_fp8.cuh).
+constexpr int kFp8StagedQRows = 32;
 // Whether the per-block fp8 requests of 17..64 rows run the split-role kernel
 // (kernel_fp8_block_split.cu; bench/NOTES.md v32): one CTA per tile, pages of 8+ tokens by
 // TMA (8 and 16 with two loader warps; the row gather of smaller pages is the alternating

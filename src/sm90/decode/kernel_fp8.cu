@@ -112,7 +112,12 @@ void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const Deco
                        cudaStream_t stream, bool after_quantiser) {
   require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
           kDqk, ", ", kDqkNoRope);
-  if (fp8_split_kernel_wanted(p)) return launch_decode_fp8_split(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  const bool split = fp8_split_kernel_wanted(p);
+  // (The host's choice of the staged Q and the kernel's choice here read the same
+  // predicate: launch_choices.cpp, per_tensor_split_kernel.)
+  require(split || !p.q_staged, "decode (fp8): internal error: a staged Q (", p.rows,
+          " rows) for a kernel other than the split-role one");
+  if (split) return launch_decode_fp8_split(q_maps, kv_maps, p, grid, stream, after_quantiser);
   // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
   const bool narrow = fp8_narrow(p.rows, p.cluster_size);
   if (p.d_qk == kDqkNoRope) {

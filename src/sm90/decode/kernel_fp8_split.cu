@@ -1,7 +1,7 @@
 // The per-tensor fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two P V
 // warpgroups (consumer_fp8_split.cuh), d_qk 576 and 512; kernel.hpp, fp8_split_roles, says
 // which calls take it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with
-// p.q_inline, is quantised by the P V warpgroups.
+// p.q_staged, as bf16 rows by TMA that the softmax warpgroup quantises (q_staged_fp8.cuh).
 #include <cstdlib>
 #include <cstring>
 
@@ -13,6 +13,13 @@
 namespace kbmla::sm90 {
 
 namespace fp8 {
+
+// The producer's view of this kernel's shared memory: the per-tensor stages (parts of
+// pages, 128-byte latent boxes) in a ring of kSplitStages.
+struct Fp8SplitSmem : Fp8Smem {
+  using Layout = SplitSmemLayout;
+  static constexpr int kStages = kSplitStages;
+};
 
 // Ceiling spikes only (bench/NOTES.md), as in kernel_fp8.cu: -DKBMLA_FP8_EXPERIMENT_MODE=1
 // streams the stages without math, =2 runs the math on whatever the stages hold.
@@ -30,41 +37,49 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
   if (plan_failed(p)) return;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
+  using L = SplitSmemLayout;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  uint64_t* staging_full = reinterpret_cast<uint64_t*>(smem + L::staging_barriers);
   if (threadIdx.x == 0) {
-    // (With p.q_inline the Q maps are unset; with d_qk 512 the rope maps.)
-    if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.latent);
+    // (With d_qk 512 the rope maps are unset.)
+    cute::prefetch_tma_descriptor(&q_maps.latent);
     cute::prefetch_tma_descriptor(&kv_maps.latent);
     if constexpr (QkBoxes > kLatentBoxes) {
-      if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.rope);
+      cute::prefetch_tma_descriptor(&q_maps.rope);
       cute::prefetch_tma_descriptor(&kv_maps.rope);
     }
-    *reinterpret_cast<uint4*>(smem + SmemLayout::zero_row) = make_uint4(0, 0, 0, 0);
+    *reinterpret_cast<uint4*>(smem + L::zero_row) = make_uint4(0, 0, 0, 0);
     if constexpr (kTwoLoaders) {
       // The flags start at 0: the two loader warps each write only their byte.
-      for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags)[s] = 0;
+      for (int s = 0; s < kSplitStages; ++s) reinterpret_cast<int32_t*>(smem + L::stage_flags)[s] = 0;
     }
-    init_pipeline_barriers<kStages>(bars, 1, kTwoLoaders ? 2 : 1);
-    init_split_barriers<kStages>(smem + SplitSmemLayout::split_barriers, bars);
+    Mbarrier::init(staging_full, 1);        // the Q loader's arrive_and_expect_tx
+    Mbarrier::init(staging_full + 1, 128);  // staging_empty: the softmax warpgroup
+    init_pipeline_barriers<kSplitStages>(bars, 1, kTwoLoaders ? 2 : 1);
+    init_split_barriers<kSplitStages>(smem + L::split_barriers, bars);
   }
   kernel_prologue_sync(1);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kSplitProducerRegs>();
     const int warp = threadIdx.x / 32;
-    if (kTwoLoaders && (warp == 0 || warp == PagedKvLoader<QkBoxes, Fp8Smem>::kHelperWarp)) {
-      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
-      run_kv_loader<kSplitMode, QkBoxes, false, Fp8Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
+    if (kTwoLoaders && (warp == 0 || warp == PagedKvLoader<QkBoxes, Fp8SplitSmem>::kHelperWarp)) {
+      PagedKvLoader<QkBoxes, Fp8SplitSmem> kv{&kv_maps, p};
+      run_kv_loader<kSplitMode, QkBoxes, false, Fp8SplitSmem, true>(p, kv, smem, warp == 0 ? 0 : 1);
     } else if (!kTwoLoaders && warp == 0) {
-      PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
-      run_kv_loader<kSplitMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
-    } else if (threadIdx.x == 32) {  // Q loader (p.q_inline: the context-parallel checks only)
-      grid_dependency_wait();          // the quantised Q
-      run_q_loader<QkBoxes, Fp8Smem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+      PagedKvLoader<QkBoxes, Fp8SplitSmem> kv{&kv_maps, p};
+      run_kv_loader<kSplitMode, QkBoxes, false, Fp8SplitSmem>(p, kv, smem);
+    } else if (threadIdx.x == 32) {  // Q loader
+      if (p.q_staged) {
+        run_q_stager<QkBoxes>(p, &q_maps, smem + L::q_staging, staging_full, staging_full + 1);
+      } else {
+        grid_dependency_wait();  // the quantised Q
+        run_q_loader<QkBoxes, Fp8SplitSmem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+      }
     }
   } else if (wg == 1) {
     set_max_registers_dec<kSplitSoftmaxRegs>();
-    grid_dependency_wait();  // the Q scales
+    grid_dependency_wait();  // the Q scales (a no-op without the quantiser)
     run_split_softmax<kSplitMode, QkBoxes>(p, smem);
   } else {
     set_max_registers_inc<kSplitPvRegs>();

@@ -45,6 +45,10 @@ struct DecodeParams {
   // q_pe_bf16 + r * q_pe_row (elements; the per-block kernel's bf16 rope still comes by
   // TMA); q_scale is unused then.
   bool q_inline;
+  // The per-tensor split-role kernel with a bf16 Q (q_staged_fp8.cuh): q_maps are maps of
+  // the bf16 Q in boxes of 32 rows, the softmax warpgroup quantises each item's rows from
+  // shared memory; q_scale is unused then.
+  bool q_staged;
   const void* q_bf16;
   const void* q_pe_bf16;
   int64_t q_row;

@@ -103,7 +103,7 @@ struct PagedKvLoader {
   // pages: for the others the part arithmetic is compiled out (with it the per-block
   // kernels spilled 0 -> 4 and 288 -> 304 bytes, and its lognormal_H16_Sq1 ran 207-223 us
   // in that build's runs against 200-202 elsewhere in the session).
-  static constexpr bool kPartsOfPages = std::is_same_v<Smem, Fp8Smem>;
+  static constexpr bool kPartsOfPages = std::is_base_of_v<Fp8Smem, Smem>;
   __device__ __forceinline__ int part_log2() const { return kPartsOfPages ? p.part_log2 : p.page_log2; }
   __device__ __forceinline__ bool small_pages() const { return part_log2() < 6; }
   // The first token (within the request) of the part that `lane` loads for `block`.
