@@ -157,7 +157,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
     // (p is in the constant bank: testing p.q_staged costs no register.)
     if (p.q_staged) {
       // Every S of the previous item completed in block_max: the tile is free.
-      for (int h = 0; h < 2; ++h, ++staged_halves) {
+      for (int h = 0; h < kStagedParts; ++h, ++staged_halves) {
         Mbarrier::wait(staging_full, staged_halves & 1);
         quantise_staged_half<QkBoxes>(smem + L::q_staging, smem + L::q, q_scales, h, p.rows - it.row_begin, tid);
         Mbarrier::arrive(staging_empty);

@@ -19,6 +19,7 @@
 namespace kbmla::sm90::fp8 {
 
 constexpr int kStagingRows = kFp8StagedQRows;
+constexpr int kStagedParts = kRowsPerCta / kStagingRows;  // stagings per item
 // A staged box: [32 rows][64 bf16 = 128 bytes], 128-byte swizzle (the map's), 1024-aligned.
 constexpr uint32_t kStagingBoxBytes = kStagingRows * 128;
 
@@ -42,7 +43,7 @@ __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps*
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
     if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
-    for (int h = 0; h < 2; ++h, ++halves) {
+    for (int h = 0; h < kStagedParts; ++h, ++halves) {
       Mbarrier::wait(staging_empty, (halves & 1) ^ 1);
       Mbarrier::arrive_and_expect_tx(staging_full, QkBoxes * kStagingBoxBytes);
       const int row = it.batch * p.rows + it.row_begin + kStagingRows * h;
@@ -68,19 +69,20 @@ template <int QkBoxes>
 __device__ __forceinline__ void quantise_staged_half(const uint8_t* staging, uint8_t* q_tile, float* q_scales, int h,
                                                      int valid, int tid) {
   constexpr int kGroups = QkBoxes * 8;  // 72 (d_qk 576) or 64
-  const int r = tid >> 2, part = tid & 3;
+  constexpr int kPerRow = 128 / kStagingRows;  // threads a row
+  const int r = int(unsigned(tid) / kPerRow), part = int(unsigned(tid) % kPerRow);
   const int t = kStagingRows * h + r;
   const bool real = t < valid;
   float amax = 0.f;
 #pragma unroll 6
-  for (int k = part; k < kGroups; k += 4) amax = fmaxf(amax, abs_max8(staged_group(staging, r, k)));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  for (int k = part; k < kGroups; k += kPerRow) amax = fmaxf(amax, abs_max8(staged_group(staging, r, k)));
+#pragma unroll
+  for (int off = 1; off < kPerRow; off *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
   if (!real) amax = 0.f;
   const float scale = amax > 0.f ? amax / kE4m3Max : 1.f;
   const float inv = 1.f / scale;
 #pragma unroll 6
-  for (int k = part; k < kGroups; k += 4) {
+  for (int k = part; k < kGroups; k += kPerRow) {
     const uint4 v = real ? staged_group(staging, r, k) : make_uint4(0, 0, 0, 0);
     *reinterpret_cast<uint2*>(q_tile + q_tile_group_offset<kLatentBoxBytes>(t, k)) = e4m3x8(v, inv);
   }
