@@ -6,9 +6,9 @@
 // output. Per stage, the softmax warpgroup writes P over the stage's rope box, the
 // block's factors and rescale flag, fences them to the async proxy and arrives on
 // p_full[stage] (count 128); the P V warpgroups wait on it, rescale, run P V and release
-// the stage (the empty barrier counts their 8 warps). Per item the row statistics go through stats_full / stats_empty[parity]
-// (mbarriers: the softmax warpgroup may run an item ahead, which a named barrier would mix
-// up).
+// the stage (the empty barrier counts their 8 warps). Per item the row statistics go
+// through stats_full / stats_empty[parity] (mbarriers: the softmax warpgroup may run an
+// item ahead, which a named barrier would mix up).
 // Why: in the alternating kernel (consumer_fp8.cuh) each consumer's S, softmax and P V
 // are one serial chain per pair of blocks, joined to the other's by the row-maximum
 // hand-over; here the softmax chain has no P V on it and no hand-over.

@@ -51,8 +51,8 @@ __device__ __forceinline__ float abs_max8(uint4 v) {
   return m;
 }
 
-// The consumers' (256 threads, warp gw = 4 wg + warp; in the split-role kernel the two P V
-// warpgroups') quantisation of the item's Q tile:
+// The consumers' (256 threads, warp gw = 4 wg + warp) quantisation of the item's Q tile
+// (the split-role kernel stages its Q instead: q_staged_fp8.cuh):
 // kRows rows (64, or 16 for the narrow tiles whose S^T reads only those), kRows / 8 per
 // warp, the loads of up to four rows in flight at once (12 x 16 bytes per lane); the
 // first kGroups 16-byte groups of each row (72: d_qk 576, 64: d_qk 512 or the per-block
@@ -61,10 +61,8 @@ __device__ __forceinline__ float abs_max8(uint4 v) {
 // 2-CTA cluster kernels do not instantiate it (their consumers' registers are spoken for).
 // Rows past the request's rows are zeros with scale 1 (their keys are all masked). The
 // caller must have passed the previous item's last barrier (every S of it done); this
-// ends with the tile and the scales visible to both consumers' wgmma and loads, or, with
-// kReadyThreads > 256, with the 256 threads' arrival on kBarFp8QReady, which the other
-// kReadyThreads - 256 (the split-role kernel's softmax warpgroup) wait for.
-template <int kGroups, int kRows, uint32_t kBoxBytes, int kReadyThreads = kConsumerThreads>
+// ends with the tile and the scales visible to both consumers' wgmma and loads.
+template <int kGroups, int kRows, uint32_t kBoxBytes>
 __device__ __forceinline__ void quantise_q_tile(const DecodeParams& p, const Item& it, uint8_t* q_tile,
                                                 float* q_scales, int gw, int lane) {
   constexpr int kRowsPerWarp = kRows / 8;
@@ -111,11 +109,7 @@ __device__ __forceinline__ void quantise_q_tile(const DecodeParams& p, const Ite
   }
   // wgmma reads the tile through the async proxy.
   fence_view_async_shared();
-  if constexpr (kReadyThreads == kConsumerThreads) {
-    named_sync(kBarFp8QReady, kConsumerThreads);
-  } else {
-    named_arrive(kBarFp8QReady, kReadyThreads);
-  }
+  named_sync(kBarFp8QReady, kConsumerThreads);
 }
 
 }  // namespace kbmla::sm90::fp8
