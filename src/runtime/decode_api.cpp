@@ -451,11 +451,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.max_pages = a.max_pages;
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
-  // Small pages are gathered row by row (bf16: below kGatherBelowPage tokens, for speed;
-  // fp8: pages below 8 tokens, whose 128-byte swizzled boxes would start off the 1024-byte
-  // swizzle atom; fp8 with per-block scales: pages below 8 tokens, whose 16-byte scale rows
-  // would land off the 128-byte alignment TMA needs).
-  p.gather_rows = fp8 || per_block ? c.page_size < 8 : c.page_size < sm90::kGatherBelowPage;
+  p.gather_rows = detail::gathers_rows(c);
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;

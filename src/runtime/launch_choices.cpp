@@ -40,6 +40,14 @@ int max_items_per_cta(const DevicePlan::Impl& P) {
   return std::numeric_limits<int>::max();
 }
 
+// Small pages are gathered row by row (bf16: below kGatherBelowPage tokens, for speed;
+// fp8: pages below 8 tokens, whose 128-byte swizzled boxes would start off the 1024-byte
+// swizzle atom; fp8 with per-block scales: pages below 8 tokens, whose 16-byte scale rows
+// would land off the 128-byte alignment TMA needs).
+bool gathers_rows(const DecodeConfig& c) {
+  return c.kv_dtype == KvDtype::kBFloat16 ? c.page_size < sm90::kGatherBelowPage : c.page_size < 8;
+}
+
 namespace {
 // Whether a per-tensor fp8 call of this plan runs the split-role kernel (kernel.hpp,
 // fp8_split_roles), from the DecodeParams fields that predicate reads, set as
@@ -51,7 +59,7 @@ bool per_tensor_split_kernel(const DevicePlan::Impl& P) {
   p.cluster_size = P.host.shape.cluster_size;
   p.rows = c.heads * c.q_len;
   p.d_qk = c.d_qk;
-  p.gather_rows = c.page_size < 8;
+  p.gather_rows = gathers_rows(c);
   p.part_log2 = std::min(__builtin_ctz(unsigned(c.page_size)), 6);
   return c.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_split_kernel_wanted(p);
 }

@@ -40,6 +40,10 @@ struct DevicePlan::Impl {
 
 namespace detail {
 
+// Whether the decode gathers the cache's pages row by row (cp.async) instead of by TMA
+// (DecodeParams::gather_rows), by cache dtype and page size.
+bool gathers_rows(const DecodeConfig& c);
+
 // Work items of the busiest CTA (2-CTA cluster) of the plan; device-made plans: unknown on
 // the host (INT_MAX).
 int max_items_per_cta(const DevicePlan::Impl& P);

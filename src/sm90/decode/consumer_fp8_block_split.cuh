@@ -203,19 +203,8 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
                     reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32, tiles, tid);
       fence_view_async_shared();  // for the wgmma (async proxy)
       named_sync(kBarBlockSplitPvTiles + pv, 128);
-#pragma unroll
-      for (int kb = 0; kb < 2; ++kb) {
-        uint32_t a[4][4];
-        fp8::load_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb, a);
-        wgmma_fence();
-        fp8::fence_accumulators(o);
-        // M blocks 0, 1: group 2 pv's P tile; 2, 3: group 2 pv + 1's, L::kPBytes on.
-#pragma unroll
-        for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, (b >> 1) * L::kPBytes + kb * 32), o[b]);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fp8::fence_accumulators(o);
-      }
+      // M blocks 0, 1: group 2 pv's P tile; 2, 3: group 2 pv + 1's, L::kPBytes on.
+      fp8::pv_block<L::kPBytes>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
       release_stage(empty + stage, lane, 1);
     }
     const int par = item_count & 1;

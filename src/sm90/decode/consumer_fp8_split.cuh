@@ -57,6 +57,28 @@ __device__ __forceinline__ void load_vt_half(int pv, uint32_t stage_addr, uint32
   }
 }
 
+// Both split-role kernels' P V of one block for a P V warpgroup: O^T += V^T P^T over the
+// block's two k-steps (tokens 32 kb..), V^T fragments from the stage (load_vt_half), P from
+// p_desc; M blocks b = 2, 3 read P kGroupBytes further on (the per-block kernel's second
+// group tile; 0: the per-tensor kernel's one P tile). Each k-step waited for before the next
+// one's fragments are loaded (both k-steps' fragments at once serialised the wgmma, v33).
+template <uint32_t kGroupBytes>
+__device__ __forceinline__ void pv_block(int pv, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
+                                         int valid_tokens, uint64_t p_desc, float (&o)[4][32]) {
+#pragma unroll
+  for (int kb = 0; kb < 2; ++kb) {
+    uint32_t a[4][4];
+    load_vt_half(pv, stage_addr, zero_addr, warp, lane, valid_tokens, kb, a);
+    wgmma_fence();
+    fence_accumulators(o);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, (b >> 1) * kGroupBytes + kb * 32), o[b]);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(o);
+  }
+}
+
 // The split-role kernels' own mbarriers (both formats), after their layout's others:
 // p_full[kRing] (the softmax warpgroup's 128 arrivals per block), stats_full[2] (its 128
 // per item) and stats_empty[2] (the P V warpgroups' 256), by item parity.
@@ -232,18 +254,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       if (rescale_flags[stage] != 0) rescale_ot(o, row_scale + stage * 64, col_pair);
       const uint64_t p_desc = desc_k_major_sw64(stage_addr + kPBox * kBoxBytes);
-#pragma unroll
-      for (int kb = 0; kb < 2; ++kb) {
-        uint32_t a[4][4];
-        load_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb, a);
-        wgmma_fence();
-        fence_accumulators(o);
-#pragma unroll
-        for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(o);
-      }
+      pv_block<0>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
       release_stage(empty + stage, lane, 1);
     }
     const int par = item_count & 1;
