@@ -23,6 +23,7 @@
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
 #include "tools/cases.hpp"
+#include "tools/clock_probe.hpp"
 #include "tools/commands.hpp"
 #include "tools/item_phases.hpp"
 #include "tools/page_order.hpp"
@@ -124,6 +125,7 @@ struct Measurement {
   std::vector<std::array<double, 2>> combine_intervals;  // --balance: per block, us after the decode's end
   std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
   ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
+  tools::ClockSummary clock, graph_clock;        // SM clock during the timed runs (clock_probe.hpp)
 };
 
 // One panel per policy, one row per SM, a bar for each CTA that ran there from its start to
@@ -185,12 +187,19 @@ int run_bench(const BenchOptions& o) {
   // co-schedule in clusters.
   const int sms = o.sms;
   const int pair_clusters = sm90::max_active_clusters(2);
+  int cuda_device = 0;
+  cuda_check(cudaGetDevice(&cuda_device), "cudaGetDevice");
+  tools::ClockProbe probe(cuda_device);
+  probe.start();
   const double copy_gbps = measure_copy_gbps(stream);
+  const tools::ClockSummary copy_clock = probe.stop();
   // The floor of every timed run: an event pair around one empty kernel, timed like a run.
   const double empty_launch_us = median_us([&](int) { launch_empty_kernel(stream); }, 200, 20, stream);
   fmt::print("GPU {} ({} SMs, {} co-resident 2-CTA clusters, L2 {} MiB); copy ceiling {:.0f} GB/s (2 GiB "
              "device-to-device, read + write); an empty kernel times {:.1f} us\n",
              dev.name, dev.sm_count, pair_clusters, dev.l2_bytes >> 20, copy_gbps, empty_launch_us);
+  fmt::print("SM clock during the copy: {}{}\n", copy_clock.describe(),
+             probe.available() ? "" : fmt::format(" (no NVML: {})", probe.unavailable_reason()));
 
   std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
   std::vector<std::string> policies;
@@ -317,7 +326,8 @@ int run_bench(const BenchOptions& o) {
     // CUDA graph, its replays timed as the runs are (an idle GPU at each replay's event):
     // what an engine that replays its decode step as a graph pays, without the host's
     // checks and per-launch work between the event and the first kernel.
-    auto graph_median_us = [&](const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a) {
+    auto graph_median_us = [&](const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
+                               tools::ClockSummary& graph_clock) {
       cudaGraph_t graph = nullptr;
       cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
       try {
@@ -332,8 +342,10 @@ int run_bench(const BenchOptions& o) {
       const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
       cudaGraphDestroy(graph);
       cuda_check(inst, "graph instantiate");
+      probe.start();
       const double us = median_us([&](int) { cuda_check(cudaGraphLaunch(exec, stream), "graph launch"); }, o.runs,
                                   o.warmup, stream);
+      graph_clock = probe.stop();
       cudaGraphExecDestroy(exec);
       return us;
     };
@@ -364,8 +376,10 @@ int run_bench(const BenchOptions& o) {
       m.split_kv = plan.options().static_splits;
       DeviceBuffer ws(plan.workspace_bytes());
       const DecodeArgs a = case_args(plan, ws);
+      probe.start();
       m.median_us =
           median_us([&](int) { detail::decode_with_mode(plan, kv[0], a, mode, with_combine); }, runs, o.warmup, stream);
+      m.clock = probe.stop();
       {
         // Host time of one decode call (checks, Q tensor map, the launches), which the
         // event-timed median includes: the GPU is idle when each timed run is enqueued.
@@ -383,7 +397,7 @@ int run_bench(const BenchOptions& o) {
       }
       // (The work list's timed measurement only: not the static sweep's or the warm-up pass.)
       if (o.graph && policy == Policy::kWorkList && rotated_too && mode == sm90::KernelMode::kFull && with_combine) {
-        m.graph_us = graph_median_us(plan, kv[0], a);
+        m.graph_us = graph_median_us(plan, kv[0], a, m.graph_clock);
       }
       if (rotated_too && kv.size() > 1) {
         m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
@@ -535,6 +549,11 @@ int run_bench(const BenchOptions& o) {
                           : std::string()) +
                      format_item_phases(best.item_phases) +
                      (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
+      if (best.clock.samples > 0) {
+        // A line of its own: scripts read the table's columns by position.
+        fmt::print("  sm clock {} {}: {}{}\n", bc.name, best.policy, best.clock.describe(),
+                   best.graph_clock.samples > 0 ? "; graph " + best.graph_clock.describe() : std::string());
+      }
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
                           {"page_size", page_size}, {"page_runs", o.page_runs}, {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
@@ -545,6 +564,15 @@ int run_bench(const BenchOptions& o) {
         r["rotated_copies"] = copies;
       }
       if (bc.reference_pct_of_copy) r["reference_pct_of_copy"] = *bc.reference_pct_of_copy;
+      if (best.clock.samples > 0) {
+        r["sm_clock_mhz"] = best.clock.mean_sm_mhz;
+        r["sm_clock_min_mhz"] = best.clock.min_sm_mhz;
+        r["power_capped_fraction"] = best.clock.power_capped;
+      }
+      if (best.graph_clock.samples > 0) {
+        r["graph_sm_clock_mhz"] = best.graph_clock.mean_sm_mhz;
+        r["graph_power_capped_fraction"] = best.graph_clock.power_capped;
+      }
       if (best.graph_us > 0) {
         r["graph_median_us"] = best.graph_us;
         r["graph_pct_of_copy"] = 100.0 * io_bytes / (best.graph_us * 1e3) / copy_gbps;
@@ -582,6 +610,7 @@ int run_bench(const BenchOptions& o) {
     std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
     nlohmann::json doc = {{"gpu", dev.name}, {"sm_count", dev.sm_count}, {"ctas", sms}, {"max_active_2cta_clusters", pair_clusters}, {"commit", o.commit},
                           {"date", date},    {"copy_gbps", copy_gbps}, {"empty_kernel_us", empty_launch_us},   {"results", results}};
+    if (copy_clock.samples > 0) doc["copy_sm_clock_mhz"] = copy_clock.mean_sm_mhz;
     std::ofstream f(o.json_path);
     require(f.good(), "bench: cannot write '", o.json_path, "'");
     f << doc.dump(1) << "\n";
