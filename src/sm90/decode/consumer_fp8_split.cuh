@@ -62,9 +62,9 @@ __device__ __forceinline__ void load_vt_half(int pv, uint32_t stage_addr, uint32
 // p_desc; M blocks b = 2, 3 read P kGroupBytes further on (the per-block kernel's second
 // group tile; 0: the per-tensor kernel's one P tile). Each k-step waited for before the next
 // one's fragments are loaded (both k-steps' fragments at once serialised the wgmma, v33).
-template <uint32_t kGroupBytes>
+template <uint32_t kGroupBytes, int kAcc>
 __device__ __forceinline__ void pv_block(int pv, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
-                                         int valid_tokens, uint64_t p_desc, float (&o)[4][32]) {
+                                         int valid_tokens, uint64_t p_desc, float (&o)[4][kAcc]) {
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     uint32_t a[4][4];
@@ -216,7 +216,9 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
 }
 
 // A P V warpgroup (pv 0: threads 256..383, dims 0..255; pv 1: 384..511, dims 256..511).
-template <KernelMode Mode, int QkBoxes>
+// kAcc: N / 2 accumulators per M block, N the P V product's rows (64, or 48 / 32 for tiles
+// of at most that many rows: the padding rows' share of P V is not computed).
+template <KernelMode Mode, int QkBoxes, int kAcc = 32>
 __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
@@ -236,11 +238,11 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    float o[4][32];
+    float o[4][kAcc];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
     bool bad = false;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {

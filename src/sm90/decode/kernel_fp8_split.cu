@@ -30,7 +30,10 @@ constexpr KernelMode kSplitMode = static_cast<KernelMode>(KBMLA_FP8_EXPERIMENT_M
 
 // QkBoxes: 9 (d_qk 576) or 8 (512; P still goes to the stage's rope box, which then holds
 // nothing else). kTwoLoaders: kernel.hpp, two_loader_warps (warp 3 loads the odd parts).
-template <int QkBoxes, bool kTwoLoaders>
+// kPvAcc: the P V warpgroups' accumulators per M block, N / 2 for a P V product over N = 64,
+// 48 or 32 rows (run_split_pv). A kernel of its own per N: one kernel holding the three
+// P V loops behind a branch spilled in its P V loop and ran 1-6 % slower (bench/NOTES.md v35).
+template <int QkBoxes, bool kTwoLoaders, int kPvAcc = 32>
 __global__ void __launch_bounds__(kSplitThreads, 1)
     mla_decode_fp8_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvFp8Maps kv_maps,
                                 const __grid_constant__ DecodeParams p) {
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     run_split_softmax<kSplitMode, QkBoxes>(p, smem);
   } else {
     set_max_registers_inc<kSplitPvRegs>();
-    run_split_pv<kSplitMode, QkBoxes>(p, smem, wg - 2);
+    run_split_pv<kSplitMode, QkBoxes, kPvAcc>(p, smem, wg - 2);
   }
 }
 
@@ -101,10 +104,10 @@ bool split_roles_enabled() {
 bool fp8_split_kernel_wanted(const DecodeParams& p) { return fp8_split_roles(p) && split_roles_enabled(); }
 
 namespace {
-template <int QkBoxes, bool kTwoLoaders = false>
+template <int QkBoxes, bool kTwoLoaders = false, int kPvAcc = 32>
 void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                   cudaStream_t stream, bool after_quantiser) {
-  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes, kTwoLoaders>;
+  constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes, kTwoLoaders, kPvAcc>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(fp8::SplitSmemLayout::alloc));
   launch_clustered(kernel, fp8::SplitSmemLayout::alloc, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 split)",
@@ -119,6 +122,11 @@ void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, cons
   if (two_loader_warps(p, p.part_log2)) {
     return launch_split<kQkBoxes, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
+  // Tiles of at most 48 or 32 rows (Kimi K3's 12 heads x q_len 4, 16 x 2, 8 x 4) leave the
+  // padding rows out of P V: -2..-3 % on kimi_lognormal_B64_Sq4_H12 (v35). The d_qk 512 and
+  // two-loader instantiations keep N = 64 (fewer kernels to compile).
+  if (p.rows <= 32) return launch_split<kQkBoxes, false, 16>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (p.rows <= 48) return launch_split<kQkBoxes, false, 24>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   launch_split<kQkBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 

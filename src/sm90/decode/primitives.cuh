@@ -233,19 +233,39 @@ __device__ __forceinline__ void wgmma_kq_fp8(uint64_t da, uint64_t db, float (&d
 // fp8: O^T (64 dims x 64 rows) += V^T (64 x 32 tokens, registers) x P^T (P K-major in
 // shared memory). A fragment (8-bit): a[0] row x = l/4 of the warp's 16, k 4(l%4)..+3;
 // a[1] row x + 8; a[2], a[3] the same rows at k + 16.
-// N = 64 (32 fp32 per thread), or N = 16 for tiles of at most 16 query rows (the first 16
-// rows of the P tile, 8 fp32 per thread).
+// N = 64 (32 fp32 per thread), 48 or 32 for the split-role kernel's tiles of at most that
+// many rows, or 16 for tiles of at most 16 query rows (the first N rows of the P tile, N / 2
+// fp32 per thread).
 template <class Atom, int N, size_t... I>
 __device__ __forceinline__ void wgmma_rs_call(const uint32_t (&a)[4], uint64_t db, float (&d)[N],
                                               std::index_sequence<I...>) {
   Atom::fma(a[0], a[1], a[2], a[3], db, d[I]..., cute::SM90::GMMA::ScaleOut::One);
 }
+// m64n48k32, e4m3 A from registers (CuTe has this shape only in its extended-shapes header,
+// ~29,000 lines that every decode translation unit would then parse): 24 accumulators.
+__device__ __forceinline__ void wgmma_pv_fp8_rs_n48(const uint32_t (&a)[4], uint64_t db, float (&d)[24]) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, "
+      "%12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+      "{%24, %25, %26, %27}, %28, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
 template <int N>
 __device__ __forceinline__ void wgmma_pv_fp8_rs(const uint32_t (&a)[4], uint64_t db, float (&d)[N]) {
-  static_assert(N == 32 || N == 8, "P V accumulators: 32 (N = 64) or 8 (N = 16) per thread");
-  using Atom = std::conditional_t<N == 32, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>,
-                                  cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_RS_TN<>>;
-  wgmma_rs_call<Atom>(a, db, d, std::make_index_sequence<N>{});
+  static_assert(N == 32 || N == 24 || N == 16 || N == 8, "P V accumulators: N / 2 per thread, N = 64, 48, 32 or 16");
+  if constexpr (N == 24) {
+    wgmma_pv_fp8_rs_n48(a, db, d);
+  } else {
+    using Atom = std::conditional_t<N == 32, cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_RS_TN<>,
+                                    std::conditional_t<N == 16, cute::SM90::GMMA::MMA_64x32x32_F32E4M3E4M3_RS_TN<>,
+                                                       cute::SM90::GMMA::MMA_64x16x32_F32E4M3E4M3_RS_TN<>>>;
+    wgmma_rs_call<Atom>(a, db, d, std::make_index_sequence<N>{});
+  }
 }
 
 // Four 8 x 8 matrices of 16-bit elements, transposed: lanes 8j..8j+7 give the row
