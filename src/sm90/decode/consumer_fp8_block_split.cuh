@@ -159,6 +159,9 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
 }
 
 // A P V warpgroup (pv 0: threads 256..383, groups 0, 1; pv 1: 384..511, groups 2, 3).
+// kAcc: N / 2 accumulators per M block, N = 64, or 48 / 32 for tiles of at most that many
+// rows (fp8::run_split_pv).
+template <int kAcc = 32>
 __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_t* smem, int pv) {
   using L = BlockSplitLayout;
   constexpr int kStages = L::kStages;
@@ -181,11 +184,11 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    float o[4][32];
+    float o[4][kAcc];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
-      for (int i = 0; i < 32; ++i) o[b][i] = 0.f;
+      for (int i = 0; i < kAcc; ++i) o[b][i] = 0.f;
     }
     float2 group_max = make_float2(1.f, 1.f);
     bool bad = false;

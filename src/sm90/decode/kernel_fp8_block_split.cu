@@ -11,8 +11,9 @@ namespace kbmla::sm90 {
 namespace fp8_block {
 
 // kTwoLoaders: kernel.hpp, two_loader_warps (warp 3 loads the odd parts of pages of 8 and
-// 16 tokens).
-template <bool kTwoLoaders>
+// 16 tokens). kPvAcc: the P V warpgroups' accumulators per M block (N / 2; 24 and 16 for
+// tiles of at most 48 and 32 rows, as in kernel_fp8_split.cu).
+template <bool kTwoLoaders, int kPvAcc = 32>
 __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
     mla_decode_fp8_block_split_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ KvBlockMaps kv_maps,
                                       const __grid_constant__ DecodeParams p) {
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
     run_block_split_softmax(p, smem);
   } else {
     set_max_registers_inc<kBlockSplitPvRegs>();
-    run_block_split_pv(p, smem, wg - 2);
+    run_block_split_pv<kPvAcc>(p, smem, wg - 2);
   }
 }
 
@@ -71,10 +72,10 @@ bool fp8_block_split_kernel_wanted(const DecodeParams& p) {
 }
 
 namespace {
-template <bool kTwoLoaders>
+template <bool kTwoLoaders, int kPvAcc = 32>
 void launch_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, bool after_quantiser) {
-  constexpr auto kernel = fp8_block::mla_decode_fp8_block_split_kernel<kTwoLoaders>;
+  constexpr auto kernel = fp8_block::mla_decode_fp8_block_split_kernel<kTwoLoaders, kPvAcc>;
   constexpr uint32_t smem_bytes = fp8_block::BlockSplitLayout::alloc;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
@@ -88,6 +89,9 @@ void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_ma
   if (two_loader_warps(p, p.page_log2)) {
     return launch_block_split<true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
+  // P V over 48 or 32 rows for tiles of at most that many (as the per-tensor split kernel).
+  if (p.rows <= 32) return launch_block_split<false, 16>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (p.rows <= 48) return launch_block_split<false, 24>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   launch_block_split<false>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 
