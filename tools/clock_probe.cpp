@@ -22,8 +22,7 @@ constexpr unsigned long long kSwPowerCap = 0x4ull;
 
 struct ClockProbe::Library {
   void* handle = nullptr;
-  NvmlReturn (*init)() = nullptr;
-  NvmlReturn (*shutdown)() = nullptr;
+  NvmlReturn (*shutdown)() = nullptr;  // set once nvmlInit succeeded
   NvmlReturn (*by_pci)(const char*, NvmlDevice*) = nullptr;
   NvmlReturn (*clock)(NvmlDevice, unsigned, unsigned*) = nullptr;
   NvmlReturn (*reasons)(NvmlDevice, unsigned long long*) = nullptr;
@@ -61,7 +60,6 @@ ClockProbe::ClockProbe(int cuda_device) : lib_(std::make_unique<Library>()) {
     reason_ = "nvmlInit failed";
     return;
   }
-  l.init = init;
   sym(l.shutdown, "nvmlShutdown");
   char bus[32] = {};
   if (cudaDeviceGetPCIBusId(bus, sizeof bus, cuda_device) != cudaSuccess) {

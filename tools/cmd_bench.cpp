@@ -644,7 +644,7 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--runs", o->runs, "Timed runs per measurement (median)")->check(CLI::Range(50, 100000));
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
   cmd->add_option("--heat-ms", o->heat_ms,
-                  "Before each timed work-list measurement, run the call back to back this many ms (default 0: "
+                  "Before each policy's timed measurement, run the call back to back this many ms (default 0: "
                   "each case starts from an idle GPU; ~1500 reaches the power-capped clock of sustained serving)")
       ->check(CLI::Range(0, 600000));
   cmd->add_option("--page-size", o->page_size, "Cache page size for every case (default 0: the case's, else 64)")
