@@ -233,7 +233,7 @@ __device__ __forceinline__ void wgmma_kq_fp8(uint64_t da, uint64_t db, float (&d
 // fp8: O^T (64 dims x 64 rows) += V^T (64 x 32 tokens, registers) x P^T (P K-major in
 // shared memory). A fragment (8-bit): a[0] row x = l/4 of the warp's 16, k 4(l%4)..+3;
 // a[1] row x + 8; a[2], a[3] the same rows at k + 16.
-// N = 64 (32 fp32 per thread), 48 or 32 for the split-role kernel's tiles of at most that
+// N = 64 (32 fp32 per thread), 48 or 32 for the split-role kernels' tiles of at most that
 // many rows, or 16 for tiles of at most 16 query rows (the first N rows of the P tile, N / 2
 // fp32 per thread).
 template <class Atom, int N, size_t... I>
