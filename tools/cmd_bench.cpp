@@ -22,6 +22,8 @@
 #include "src/runtime/decode_internal.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
+#include "tools/balance_svg.hpp"
+#include "tools/bench_timing.hpp"
 #include "tools/cases.hpp"
 #include "tools/clock_probe.hpp"
 #include "tools/commands.hpp"
@@ -35,8 +37,6 @@
 namespace kbmla::tools {
 
 namespace {
-
-void cuda_check(cudaError_t e, const char* what) { require(e == cudaSuccess, what, ": ", cudaGetErrorString(e)); }
 
 struct BenchOptions {
   std::string cases_path;
@@ -60,43 +60,6 @@ struct BenchOptions {
   int invariant_blocks = 0;
   CostModel cost{0, 0, 0};  // zeros: the decode's default model
 };
-
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  explicit DeviceBuffer(size_t bytes) { cuda_check(cudaMalloc(&ptr, std::max<size_t>(bytes, 16)), "cudaMalloc"); }
-  ~DeviceBuffer() { cudaFree(ptr); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
-
-template <class F>
-double median_us(F&& launch, int runs, int warmup, cudaStream_t stream) {
-  cudaEvent_t a, b;
-  cuda_check(cudaEventCreate(&a), "event");
-  cuda_check(cudaEventCreate(&b), "event");
-  for (int i = 0; i < warmup; ++i) launch(i);
-  std::vector<float> ms(runs);
-  for (int i = 0; i < runs; ++i) {
-    cuda_check(cudaEventRecord(a, stream), "record");
-    launch(i);
-    cuda_check(cudaEventRecord(b, stream), "record");
-    cuda_check(cudaEventSynchronize(b), "sync");
-    cuda_check(cudaEventElapsedTime(&ms[i], a, b), "elapsed");
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(ms.begin(), ms.begin() + runs / 2, ms.end());
-  return ms[runs / 2] * 1000.0;
-}
-
-double measure_copy_gbps(cudaStream_t stream) {
-  const size_t bytes = size_t(2) << 30;
-  DeviceBuffer src(bytes), dst(bytes);
-  fill_device_random_bf16(src.ptr, bytes / 2, 1, stream);
-  const double us = median_us([&](int) { cudaMemcpyAsync(dst.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, stream); },
-                              20, 3, stream);
-  return 2.0 * double(bytes) / (us * 1e3);
-}
 
 // Scale of the benchmark's fp8 caches: random values in [-1, 1) stored as e4m3(value / scale).
 constexpr float kBenchKvScale = 1.f / 256.f;
@@ -128,56 +91,6 @@ struct Measurement {
   ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
   tools::ClockSummary clock, graph_clock;        // SM clock during the timed runs (clock_probe.hpp)
 };
-
-// One panel per policy, one row per SM, a bar for each CTA that ran there from its start to
-// its end, all panels on one time axis from the earliest start: what balancing buys, at a
-// glance (a row per CTA would be 4096 rows tall for the non-persistent static policy).
-void write_balance_svg(const std::string& path, const std::string& case_name, const std::vector<Measurement>& ms) {
-  double t0 = 1e300, t1 = 0;
-  size_t max_rows = 1;
-  for (const auto& m : ms) {
-    for (const auto& iv : m.intervals) {
-      t0 = std::min(t0, iv[0]);
-      t1 = std::max(t1, iv[1]);
-      max_rows = std::max(max_rows, size_t(iv[2]) + 1);
-    }
-  }
-  if (t1 <= t0) return;
-  const double panel_w = 420, row_h = std::max(1.0, std::min(4.0, 400.0 / double(max_rows))), top = 40, gap = 30;
-  const double panel_h = row_h * double(max_rows);
-  const double width = gap + double(ms.size()) * (panel_w + gap);
-  const double height = top + panel_h + 50;
-  std::ofstream f(path);
-  require(f.good(), "bench: cannot write '", path, "'");
-  f << fmt::format("<svg xmlns='http://www.w3.org/2000/svg' width='{:.0f}' height='{:.0f}' font-family='sans-serif' "
-                   "font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n",
-                   width, height);
-  f << fmt::format("<text x='{}' y='18' font-size='14'>{}: CTA busy intervals (%globaltimer), one row per SM, "
-                   "common time axis {:.0f} us</text>\n",
-                   gap, case_name, t1 - t0);
-  for (size_t k = 0; k < ms.size(); ++k) {
-    const Measurement& m = ms[k];
-    const double x0 = gap + double(k) * (panel_w + gap);
-    f << fmt::format("<text x='{:.0f}' y='{:.0f}'>{} (busy max/mean {:.3f})</text>\n", x0, top - 6, m.policy,
-                     m.busy_max_over_mean);
-    f << fmt::format("<rect x='{:.0f}' y='{:.0f}' width='{:.0f}' height='{:.1f}' fill='none' stroke='#999'/>\n", x0,
-                     top, panel_w, panel_h);
-    for (const auto& iv : m.intervals) {
-      const double a = x0 + (iv[0] - t0) / (t1 - t0) * panel_w;
-      const double b = x0 + (iv[1] - t0) / (t1 - t0) * panel_w;
-      f << fmt::format("<rect x='{:.1f}' y='{:.1f}' width='{:.1f}' height='{:.1f}' fill='#3b6ea8' stroke='white' "
-                       "stroke-width='0.2'/>\n",
-                       a, top + iv[2] * row_h, std::max(0.5, b - a), std::max(0.5, row_h * 0.8));
-    }
-    f << fmt::format("<text x='{:.0f}' y='{:.0f}'>0</text><text x='{:.0f}' y='{:.0f}' text-anchor='end'>{:.0f} us</text>\n",
-                     x0, top + panel_h + 16, x0 + panel_w, top + panel_h + 16, t1 - t0);
-  }
-  f << "</svg>\n";
-}
-
-}  // namespace
-
-namespace {
 
 int run_bench(const BenchOptions& o) {
   DeviceInfo dev = query_device();
@@ -609,7 +522,9 @@ int run_bench(const BenchOptions& o) {
     }
     if (!o.svg_dir.empty() && !for_svg.empty()) {
       const std::string path = o.svg_dir + "/" + bc.name + ".svg";
-      write_balance_svg(path, bc.name, for_svg);
+      std::vector<BalancePanel> panels;
+      for (const Measurement& m : for_svg) panels.push_back({m.policy, m.busy_max_over_mean, m.intervals});
+      write_balance_svg(path, bc.name, panels);
       fmt::print("wrote {}\n", path);
     }
   }
