@@ -13,6 +13,7 @@
 #include "kbmla/static_baseline.hpp"
 #include "src/runtime/plan_impl.hpp"
 #include "src/sm90/decode/kernel.hpp"
+#include "src/sm90/decode/kernel.hpp"
 
 namespace kbmla {
 namespace {
@@ -53,6 +54,19 @@ struct EnvGuard {
   ~EnvGuard() { unsetenv(name_); }
   const char* name_;
 };
+
+// The split-role kernels' P V rows: the smallest of 32, 48, 64 that holds the tile's rows.
+TEST(LaunchChoices, SplitPvRowsCoverTheTile) {
+  auto n_for = [](int rows) { return sm90::with_split_pv_acc(rows, [](auto acc) { return 2 * acc(); }); };
+  for (int rows = 17; rows <= 64; ++rows) {
+    const int n = n_for(rows);
+    EXPECT_GE(n, rows) << rows;
+    EXPECT_TRUE(n == 32 || n == 48 || n == 64) << rows;
+    EXPECT_TRUE(n == 32 || n - 16 < rows) << rows << " rows would fit N = " << n - 16;
+  }
+  EXPECT_EQ(n_for(48), 48);  // Kimi K3: 12 heads x q_len 4
+  EXPECT_EQ(n_for(64), 64);
+}
 
 TEST(LaunchChoices, ItemsOfTheBusiestCta) {
   // Four requests on 132 CTAs: whole requests, one item each.

@@ -4,6 +4,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "kbmla/error.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/params.hpp"
@@ -95,6 +97,17 @@ inline bool fp8_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRo
 inline bool fp8_split_roles(const DecodeParams& p) {
   return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
          !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
+}
+// The split-role kernels' P V rows N for a tile of `rows` rows (one tile per request): 64,
+// or 48 / 32 for tiles of at most that many (Kimi K3's 12 heads x q_len 4; 16 x 2, 8 x 4),
+// whose padding rows' share of P V is then not computed (bench/NOTES.md v35: -2..-5 % on
+// the 48-row Kimi case). Calls f with std::integral_constant<int, N / 2>, the P V
+// warpgroups' accumulators per M block (a kernel instantiation per N).
+template <class F>
+decltype(auto) with_split_pv_acc(int rows, F&& f) {
+  if (rows <= 32) return f(std::integral_constant<int, 16>{});
+  if (rows <= 48) return f(std::integral_constant<int, 24>{});
+  return f(std::integral_constant<int, 32>{});
 }
 // The split-role kernel's bf16 Q (DecodeParams::q_staged): rows per staged half, the rows
 // of its Q maps' boxes (q_staged_fp8.cuh).

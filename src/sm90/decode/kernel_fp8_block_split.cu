@@ -89,10 +89,10 @@ void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_ma
   if (two_loader_warps(p, p.page_log2)) {
     return launch_block_split<true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
-  // P V over 48 or 32 rows for tiles of at most that many (as the per-tensor split kernel).
-  if (p.rows <= 32) return launch_block_split<false, 16>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  if (p.rows <= 48) return launch_block_split<false, 24>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  launch_block_split<false>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  // P V over the tile's rows (kernel.hpp, with_split_pv_acc); two loader warps keep N = 64.
+  with_split_pv_acc(p.rows, [&](auto acc) {
+    launch_block_split<false, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  });
 }
 
 }  // namespace kbmla::sm90

@@ -122,12 +122,11 @@ void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, cons
   if (two_loader_warps(p, p.part_log2)) {
     return launch_split<kQkBoxes, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
-  // Tiles of at most 48 or 32 rows (Kimi K3's 12 heads x q_len 4, 16 x 2, 8 x 4) leave the
-  // padding rows out of P V: -2..-3 % on kimi_lognormal_B64_Sq4_H12 (v35). The d_qk 512 and
-  // two-loader instantiations keep N = 64 (fewer kernels to compile).
-  if (p.rows <= 32) return launch_split<kQkBoxes, false, 16>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  if (p.rows <= 48) return launch_split<kQkBoxes, false, 24>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  launch_split<kQkBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  // P V over the tile's rows (kernel.hpp, with_split_pv_acc); the d_qk 512 and two-loader
+  // instantiations above keep N = 64 (fewer kernels to compile).
+  with_split_pv_acc(p.rows, [&](auto acc) {
+    launch_split<kQkBoxes, false, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  });
 }
 
 }  // namespace kbmla::sm90
