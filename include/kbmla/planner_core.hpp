@@ -41,7 +41,8 @@ namespace kbmla {
 //                 64-token bf16 block per CTA with 132 CTAs streaming (73.7 KB each).
 //   per_item:     Q tile load (72 KiB) and epilogue not hidden behind the stream; estimated
 //                 at ~1.3 blocks' worth (the item boundary drains part of the pipeline).
-//   per_split:    partial O write (up to 64 x 512 fp32 = 128 KiB) and its combine read;
+//   per_split:    partial O write (up to 64 x 512 fp32 = 128 KiB; bf16, half that, for
+//                 the fp8 caches) and its combine read;
 //                 ~1 block's worth. Both to be refined from per-CTA busy intervals (issue 4).
 struct CostModel {
   int64_t per_kv_block;

@@ -15,7 +15,9 @@
 // Workspace (bytes, 256-aligned sections, caller-owned device memory):
 //   [error word | partial LSE  slots x rows fp32 | partial O  slots x rows x d_v fp32]
 //   where rows = heads * q_len of one request; slot (first_slot[b] + s) holds split s of
-//   request b for all its rows (each q tile writes its own rows).
+//   request b for all its rows (each q tile writes its own rows). The fp8-cache kernels
+//   write their partial O in bf16, in the first half of that section (src/combine/combine.hpp,
+//   PartialFormat); the size stays the fp32 one, so one workspace serves every dtype.
 #pragma once
 
 #include <cstddef>

@@ -66,6 +66,17 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
   acc.w += w * v.w;
 }
 
+// A lane's four partial O values (columns 4 l..) of one split, from fp32 or bf16 partials.
+// (bf16 partials kept as loaded, 8 bytes, with twice the splits in flight in the same
+// registers, made the merges slower, not faster: bench/NOTES.md v36.)
+__device__ __forceinline__ float4 load4(const float* at) { return __ldg(reinterpret_cast<const float4*>(at)); }
+__device__ __forceinline__ float4 load4(const __nv_bfloat16* at) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(at));
+  // A bf16 is the high half of an fp32: a shift or a mask, no conversion.
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+
 // The splits s = first + j * step (< ns) of one 128-column quarter that a warp merges.
 // Their partial O loads are issued before the LSE weights are known (the loads only need
 // the slot), so the LSE read and its reductions overlap the O round trip instead of
@@ -77,8 +88,9 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
 // (three of 256).
 constexpr int kPrefetch = 9;
 constexpr int kLoadBatch = 8;
+template <class Partial>
 struct SplitWalk {
-  const float* base;
+  const Partial* base;
   int64_t stride;
   int first, step, ns;
   float4 v[kPrefetch];
@@ -88,7 +100,7 @@ struct SplitWalk {
     for (int j = 0; j < kPrefetch; ++j) v[j] = load(first + j * step);
   }
   __device__ __forceinline__ float4 load(int s) const {
-    return s < ns ? __ldg(reinterpret_cast<const float4*>(base + s * stride)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    return s < ns ? load4(base + s * stride) : make_float4(0.f, 0.f, 0.f, 0.f);
   }
   template <class Weight>
   __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
@@ -130,26 +142,26 @@ __device__ __forceinline__ SplitRequest split_request(const CombineParams& p, in
 // A narrow request (<= kCombineNarrowSplits splits): one warp merges one row, all four
 // column quarters (lane l: columns 128 q + 4 l); the lanes hold one split's LSE each, so
 // the weights need warp shuffles only. Its partial O loads go out kNarrowBatch splits x 4
-// quarters at a time (4 KB per warp in flight), the first batch with the LSE load. A warp
-// per (row, quarter) held a quarter of that: the 64-row split cases' merges were bound by
-// bytes in flight (lognormal_H16_Sq4: 190 partial slots x 64 rows x 2 KB = 25 MB in ~17 us,
+// quarters at a time (4 KB per warp in flight with fp32 partials, 2 with bf16), the first
+// batch with the LSE load. A warp per (row, quarter) held a quarter of that: the 64-row
+// split cases' merges were bound by bytes in flight (lognormal_H16_Sq4: 190 partial slots x 64 rows x 2 KB = 25 MB in ~17 us,
 // bench --balance, v27).
 // A row that sees no key in any split has only -inf partial LSEs (the decode writes them),
 // so it needs no test of its own: it is written empty below.
 constexpr int kNarrowBatch = 2;
+template <class Partial>
 __device__ __forceinline__ void combine_narrow(const CombineParams& p, const SplitRequest& r, int task, int lane) {
   const int row = task % p.rows;
   const int b = r.b, ns = r.ns;
   const int64_t slot0 = r.slot0;
-  const float* base = p.partial_o + (slot0 * p.rows + row) * kDv + lane * 4;
+  const Partial* base = static_cast<const Partial*>(p.partial_o) + (slot0 * p.rows + row) * kDv + lane * 4;
   const int64_t stride = int64_t{p.rows} * kDv;
   auto load_batch = [&](int s0, float4 (&v)[kNarrowBatch][kQuarters]) {
 #pragma unroll
     for (int j = 0; j < kNarrowBatch; ++j) {
 #pragma unroll
       for (int q = 0; q < kQuarters; ++q) {
-        v[j][q] = s0 + j < ns ? __ldg(reinterpret_cast<const float4*>(base + (s0 + j) * stride + q * kQuarterCols))
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j][q] = s0 + j < ns ? load4(base + (s0 + j) * stride + q * kQuarterCols) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
   };
@@ -205,7 +217,7 @@ struct CombineShared {
 // A wide request's (row, column quarter): the kWarps warps take every kWarps-th split, so
 // up to kWarps x kPrefetch float4 loads per lane are in flight even for one long request;
 // a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
-template <int kWarps>
+template <int kWarps, class Partial>
 __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, const SplitRequest& r,
                                              int task) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -213,8 +225,9 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   const int row = (task / kQuarters) % p.rows;
   const int b = r.b, ns = r.ns;
   const int64_t slot0 = r.slot0;
-  SplitWalk walk{p.partial_o + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
-                 int64_t{p.rows} * kDv, warp, kWarps, ns};
+  SplitWalk<Partial> walk{
+      static_cast<const Partial*>(p.partial_o) + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
+      int64_t{p.rows} * kDv, warp, kWarps, ns};
   walk.prefetch();
   const float neg_inf = -__int_as_float(0x7f800000);
   float lse_s = neg_inf;
@@ -243,7 +256,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
 // Two blocks of 512 threads per SM (64 registers), three of 256 or six of 128.
-template <int kWarps>
+template <int kWarps, class Partial>
 __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : (kWarps == 8 ? 3 : 6)) combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ CombineShared<kWarps> sh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -272,11 +285,11 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : (kWarps == 8 ?
   for (int blk = blockIdx.x; blk < total; blk += gridDim.x) {
     const SplitRequest r = blk == int(blockIdx.x) ? first : request_of(blk);
     if (blk < wide_blocks) {
-      combine_wide(p, sh, r, blk);
+      combine_wide<kWarps, Partial>(p, sh, r, blk);
       __syncthreads();  // the shared buffers are reused by the next wide task
     } else if (blk < narrow_end) {
       const int task = (blk - wide_blocks) * kWarps + warp;
-      if (task < narrow_tasks) combine_narrow(p, r, task, lane);
+      if (task < narrow_tasks) combine_narrow<Partial>(p, r, task, lane);
     } else {
       const int entry = p.zero_fill[blk - narrow_end];
       const int tile_batch = work_entry_tile_batch(entry);
@@ -320,12 +333,12 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 
 // The opt-in to that much dynamic shared memory, once per kernel and device (a function
 // attribute belongs to the device's context: engines drive one GPU per thread).
-template <int kWarps>
+template <int kWarps, class Partial>
 void reserve_spread_smem() {
   static PerDevice<bool> reserved;
   reserved.get([](int device) {
     const cudaError_t err =
-        cudaFuncSetAttribute(combine_kernel<kWarps>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
+        cudaFuncSetAttribute(combine_kernel<kWarps, Partial>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
     require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
             " bytes of shared memory per block on device ", device, ": ", cudaGetErrorString(err));
     return true;
@@ -335,7 +348,7 @@ void reserve_spread_smem() {
 // A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).
 bool spreads(int64_t blocks, int sm_count) { return blocks > 0 && blocks <= sm_count; }
 
-template <int kWarps>
+template <int kWarps, class Partial>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
   if (blocks == 0) return;
@@ -345,7 +358,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
   if (spreads(blocks, p.sm_count)) {
-    reserve_spread_smem<kWarps>();
+    reserve_spread_smem<kWarps, Partial>();
     config.dynamicSmemBytes = kSpreadSmemBytes;
   }
   cudaLaunchAttribute attr{};
@@ -353,7 +366,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial>, p);
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }
 
@@ -377,7 +390,10 @@ int64_t combine_blocks(const CombineParams& p) {
 bool combine_spreads_blocks(const CombineParams& p) { return spreads(combine_blocks(p), p.sm_count); }
 
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  with_combine_warps(p, [&](auto warps) { launch_combine_with<warps()>(p, stream); });
+  with_combine_warps(p, [&](auto warps) {
+    if (p.partial_format == PartialFormat::kBf16) return launch_combine_with<warps(), __nv_bfloat16>(p, stream);
+    launch_combine_with<warps(), float>(p, stream);
+  });
 }
 
 }  // namespace kbmla

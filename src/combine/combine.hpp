@@ -1,4 +1,4 @@
-// Split-KV combine (arch-neutral CUDA): merges the fp32 partials of split requests into
+// Split-KV combine (arch-neutral CUDA): merges the partials of split requests into
 // the bf16 output and natural-log LSE, writes O = 0 / LSE = -inf for every row without a
 // visible key, and zero-fills the q tiles the plan lists.
 #pragma once
@@ -11,6 +11,14 @@
 #include "src/common/rows.hpp"
 
 namespace kbmla {
+
+// The element type of the partial O in the workspace (the LSE is fp32 either way).
+// fp32 for a bf16 cache. bf16 for the fp8 caches: their values carry 3 mantissa bits
+// (e4m3), so a partial O / l rounded to bf16's 8 adds ~1/32 of the error the cache already
+// has, while the partials' write and read-back are half the bytes. With the cache at half
+// bf16's bytes, fp32 partials were 10-14 % of a split 64-row call's traffic
+// (uniform_B32_Sq4: 160 partial slots x 64 rows x 2 KiB, twice, against 302 MB of cache).
+enum class PartialFormat { kFp32, kBf16 };
 
 struct CombineParams {
   int batch, q_len, heads, rows, tile_rows;
@@ -32,7 +40,8 @@ struct CombineParams {
   int sm_count;
   const int32_t* zero_fill;       // entries (q tile, batch, 0)
   int num_zero_fill;
-  const float* partial_o;         // [slots, rows, 512], O / l per split
+  const void* partial_o;          // [slots, rows, 512], O / l per split, in partial_format
+  PartialFormat partial_format;
   const float* partial_lse;       // [slots, rows], log2
   OutputView output;              // bf16 out, LSE in the caller's base, strided rows
   // Optional instrumentation: block b writes {ns when its grid dependency wait returned,

@@ -471,7 +471,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.block_table = a.block_table;
   p.seqlens = a.seqlens;
   p.output = output;
-  p.partial_o = reinterpret_cast<float*>(ws_base + ws.partial_o_offset);
+  p.partial_o = ws_base + ws.partial_o_offset;
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
   p.timeline = a.timeline;
@@ -529,6 +529,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   CombineParams cp = detail::combine_plan_params(P);
   cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
+  // The decode epilogues: fp32 partials from the bf16-cache kernel, bf16 from the fp8 ones.
+  cp.partial_format = c.kv_dtype == KvDtype::kBFloat16 ? PartialFormat::kFp32 : PartialFormat::kBf16;
   cp.partial_lse = p.partial_lse;
   cp.output = output;
   launch_combine(cp, stream);

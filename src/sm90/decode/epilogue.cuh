@@ -1,5 +1,7 @@
 // Epilogue of one work item: the final output (bf16 O / l and natural-log LSE) when the
-// request has one split, else fp32 partials (O / l and log2 LSE) in its workspace slot.
+// request has one split, else partials (O / l and log2 LSE) in its workspace slot: O in
+// fp32 from the bf16-cache kernels (write_item_output), in bf16 from the fp8-cache ones
+// (write_item_output_transposed; src/combine/combine.hpp, PartialFormat, says why).
 // A row with no visible key (sum 0) gets O = 0 and LSE = -inf; an item that met an invalid
 // page writes the same (the error word says why).
 #pragma once
@@ -31,7 +33,7 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
     }
     if (wg == 0 && lane % 4 == 0) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
   } else {
-    float* out = p.partial_o + (int64_t{it.slot} * p.rows + row) * 512 + col0;
+    float* out = static_cast<float*>(p.partial_o) + (int64_t{it.slot} * p.rows + row) * 512 + col0;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
       *reinterpret_cast<float2*>(out + 8 * i) = make_float2(o[4 * i + half] * inv, o[4 * i + half + 1] * inv);
@@ -53,6 +55,9 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   const int dim0 = wg * 256 + 16 * warp + 2 * (lane / 4);
   const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
   const OutputView& v = p.output;
+  // A split's rows go to its slot's bf16 partial rows: 512 apart from the item's first.
+  __nv_bfloat16* const partial_rows =
+      static_cast<__nv_bfloat16*>(p.partial_o) + (int64_t{it.slot} * p.rows + it.row_begin) * 512 + dim0;
 #pragma unroll
   for (int i = 0; i < kAcc / 4; ++i) {
 #pragma unroll
@@ -64,21 +69,20 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
       const bool empty = bad || !(row_sum > 0.f);
       const float inv = empty ? 0.f : kv_scale / row_sum;
       const float lse_log2 = empty ? neg_inf : row_max + __log2f(row_sum);
-      if (it.slot < 0) {
-        __nv_bfloat16* out = static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + dim0;
+      __nv_bfloat16* out = it.slot < 0 ? static_cast<__nv_bfloat16*>(v.out) +
+                                             row_offset(v.out_strides, it.batch, row, v.heads) + dim0
+                                       : partial_rows + n * 512;
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          *reinterpret_cast<__nv_bfloat162*>(out + 64 * b) =
-              __floats2bfloat162_rn(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
+      for (int b = 0; b < 4; ++b) {
+        *reinterpret_cast<__nv_bfloat162*>(out + 64 * b) =
+            __floats2bfloat162_rn(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
+      }
+      if (lse_writer) {
+        if (it.slot < 0) {
+          v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
+        } else {
+          p.partial_lse[int64_t{it.slot} * p.rows + row] = lse_log2;
         }
-        if (lse_writer) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
-      } else {
-        float* out = p.partial_o + (int64_t{it.slot} * p.rows + row) * 512 + dim0;
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-          *reinterpret_cast<float2*>(out + 64 * b) = make_float2(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
-        }
-        if (lse_writer) p.partial_lse[int64_t{it.slot} * p.rows + row] = lse_log2;
       }
     }
   }

@@ -64,8 +64,9 @@ struct DecodeParams {
   const int32_t* seqlens;      // [batch]
   // Outputs: out bf16 (512 columns) and lse fp32, strided rows; see OutputView.
   OutputView output;
-  // Workspace: partial O [slots, rows, 512] fp32, partial LSE [slots, rows] fp32 (log2).
-  float* partial_o;
+  // Workspace: partial O [slots, rows, 512] (fp32 for a bf16 cache, bf16 for the fp8
+  // caches: src/combine/combine.hpp, PartialFormat), partial LSE [slots, rows] fp32 (log2).
+  void* partial_o;
   float* partial_lse;
   uint32_t* error_word;
   unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA
