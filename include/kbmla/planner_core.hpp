@@ -57,13 +57,15 @@ inline constexpr CostModel kDefaultCostModel{2400, 3000, 2500};
 // split item writes rows x 512 fp32 of partial O that its CTA must issue before its next
 // item (2 KiB per row at the ~32 GB/s per-SM share of HBM: ~64 ns), and the combine reads
 // them back; measured on lognormal_H64_Sq1, where 64-row partials cost ~10 points of copy
-// bandwidth against the 16-row case with the same plan (bench/NOTES.md, v4).
+// bandwidth against the 16-row case with the same plan (bench/NOTES.md, v4). The fp8
+// caches' partials are bf16 (1 KiB per row: ns_per_partial_row 32; v36).
 struct RowClassCosts {
   int64_t per_kv_block, per_item;
 };
-KBMLA_HD CostModel sm90_cost_model_by_rows(int rows, RowClassCosts narrow, RowClassCosts tile, RowClassCosts cluster) {
+KBMLA_HD CostModel sm90_cost_model_by_rows(int rows, RowClassCosts narrow, RowClassCosts tile, RowClassCosts cluster,
+                                           int64_t ns_per_partial_row = 64) {
   const RowClassCosts& k = rows <= 16 ? narrow : rows <= 64 ? tile : cluster;
-  return {k.per_kv_block, k.per_item, 1000 + 64 * int64_t{rows < 64 ? rows : 64}};
+  return {k.per_kv_block, k.per_item, 1000 + ns_per_partial_row * int64_t{rows < 64 ? rows : 64}};
 }
 
 // Blocks and items of tiles of 17..64 rows (v28): a least-squares fit of each CTA's
@@ -92,8 +94,11 @@ KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
 // (772 slots of six cases): 1.22 us per block, 8.25 per item; on
 // kimi_lognormal_B32_Sq4_H96 (384 rows) 498.6 / 494.9 / 497.4 -> 458.5 / 457.2 / 465.5 us
 // (busy max/mean 1.12-1.17 -> 1.05-1.07), three alternated runs.
+// per_split at 32 ns per row (bf16 partials) against 64: three alternated rounds on six
+// split 64-row cases, -0.5..-1.6 % each but skew_Sq4 (level), e.g. kimi_lognormal_B64_Sq4_H12
+// 73.2 / 74.7 -> 72.0 / 72.9 us (bench/NOTES.md v36).
 KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
-  return sm90_cost_model_by_rows(rows, {1000, 3000}, {1400, 8300}, {1220, 8250});
+  return sm90_cost_model_by_rows(rows, {1000, 3000}, {1400, 8300}, {1220, 8250}, 32);
 }
 
 // The fp8 kernel with per-block scales: as the per-tensor one up to 16 rows; its 17..64-row
@@ -101,7 +106,7 @@ KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
 // Its clusters (above 64 rows): 2.12 / 9.09 fitted; kimi_lognormal_B32_Sq4_H96 784.3 /
 // 785.4 / 787.3 -> 764.4 / 768.5 / 766.5 us.
 KBMLA_HD CostModel sm90_fp8_block_cost_model(int rows) {
-  return sm90_cost_model_by_rows(rows, {1000, 3000}, {2200, 8600}, {2120, 9090});
+  return sm90_cost_model_by_rows(rows, {1000, 3000}, {2200, 8600}, {2120, 9090}, 32);
 }
 
 struct PlanShape {

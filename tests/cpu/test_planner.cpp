@@ -192,7 +192,7 @@ TEST(Planner, RejectsBadInputWithNamedValues) {
 // The default cost models (planner_core.hpp, fitted in bench/NOTES.md v28): the fitted
 // block and item costs apply from 17 rows per request (64-row tiles carrying more than 16
 // valid rows) and, for the fp8 caches, again above 64 (2-CTA clusters); per_split follows
-// the rows of one CTA, capped at 64.
+// the rows of one CTA, capped at 64, and the partials' element size.
 TEST(Planner, DefaultCostModelsByDtypeAndRows) {
   auto expect_model = [](KvDtype dt, int heads, int q_len, int64_t block, int64_t item, int64_t split) {
     SCOPED_TRACE(::testing::Message() << kv_dtype_name(dt) << " heads " << heads << " q_len " << q_len);
@@ -205,12 +205,13 @@ TEST(Planner, DefaultCostModelsByDtypeAndRows) {
   expect_model(KvDtype::kBFloat16, 17, 1, 2350, 8400, 1000 + 64 * 17);
   expect_model(KvDtype::kBFloat16, 16, 4, 2350, 8400, 1000 + 64 * 64);
   expect_model(KvDtype::kBFloat16, 96, 4, 2400, 3000, 1000 + 64 * 64);  // clusters: not refitted
-  expect_model(KvDtype::kFp8E4m3, 16, 1, 1000, 3000, 1000 + 64 * 16);
-  expect_model(KvDtype::kFp8E4m3, 12, 4, 1400, 8300, 1000 + 64 * 48);
-  expect_model(KvDtype::kFp8E4m3, 128, 1, 1220, 8250, 1000 + 64 * 64);
-  expect_model(KvDtype::kFp8E4m3PerBlock, 8, 2, 1000, 3000, 1000 + 64 * 16);
-  expect_model(KvDtype::kFp8E4m3PerBlock, 64, 1, 2200, 8600, 1000 + 64 * 64);
-  expect_model(KvDtype::kFp8E4m3PerBlock, 24, 9, 2120, 9090, 1000 + 64 * 64);
+  // The fp8 caches' partials are bf16: half the bytes per row.
+  expect_model(KvDtype::kFp8E4m3, 16, 1, 1000, 3000, 1000 + 32 * 16);
+  expect_model(KvDtype::kFp8E4m3, 12, 4, 1400, 8300, 1000 + 32 * 48);
+  expect_model(KvDtype::kFp8E4m3, 128, 1, 1220, 8250, 1000 + 32 * 64);
+  expect_model(KvDtype::kFp8E4m3PerBlock, 8, 2, 1000, 3000, 1000 + 32 * 16);
+  expect_model(KvDtype::kFp8E4m3PerBlock, 64, 1, 2200, 8600, 1000 + 32 * 64);
+  expect_model(KvDtype::kFp8E4m3PerBlock, 24, 9, 2120, 9090, 1000 + 32 * 64);
 }
 
 }  // namespace
