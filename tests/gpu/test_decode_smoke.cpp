@@ -207,7 +207,8 @@ std::vector<GpuCase> split_role_cases() {
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
 // quantised by the quantiser (KBMLA_Q_INLINE=never) and staged by TMA and quantised by its
 // softmax warpgroup (always, auto's choice: q_staged_fp8.cuh): split_role_cases (several
-// items per CTA), pages of 8 and 16 (two loader warps), an e4m3 Q, d_qk 512.
+// items per CTA), pages of 8 and 16 (two loader warps), an e4m3 Q, d_qk 512; 64-, 48- and
+// 32-row tiles in each (P V over 48 or 32 rows with d_qk 576: with_split_pv_acc).
 TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   struct Restore {
@@ -219,11 +220,18 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   GpuCase no_rope{16, 4, {0, 2000, 130, 777}};
   no_rope.d_qk = 512;
   no_rope.num_ctas = 4;
+  GpuCase no_rope_48{12, 4, {1500, 3, 300}};
+  no_rope_48.d_qk = 512;
+  no_rope_48.num_ctas = 5;
+  GpuCase no_rope_32{8, 4, {900, 2100}};
+  no_rope_32.d_qk = 512;
   GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
   pages_of_16.page_size = 16;
+  GpuCase pages_of_16_32{16, 2, {700, 1301}};
+  pages_of_16_32.page_size = 16;
   GpuCase pages_of_8{12, 4, {500, 9}};
   pages_of_8.page_size = 8;
-  cases.insert(cases.end(), {e4m3_q, no_rope, pages_of_16, pages_of_8});
+  cases.insert(cases.end(), {e4m3_q, no_rope, no_rope_48, no_rope_32, pages_of_16, pages_of_16_32, pages_of_8});
   for (const char* q_path : {"always", "never"}) {
     setenv("KBMLA_Q_INLINE", q_path, 1);
     for (GpuCase c : cases) {
@@ -236,15 +244,18 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
 
 // The per-block split-role kernel (kernel_fp8_block_split.cu) on split_role_cases (several
 // items per CTA: the ring of P slots and the group maxima across items) and pages of 8 and
-// 16 (two loader warps), with power-of-two scales and scales of any value.
+// 16 (two loader warps; P V over 64, 48 and 32 rows), with power-of-two scales and scales
+// of any value.
 TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   std::vector<GpuCase> cases = split_role_cases();
   GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
   pages_of_16.page_size = 16;
+  GpuCase pages_of_16_32{16, 2, {700, 1301}};
+  pages_of_16_32.page_size = 16;
   GpuCase pages_of_8{12, 4, {500, 9}};
   pages_of_8.page_size = 8;
-  cases.insert(cases.end(), {pages_of_16, pages_of_8});
+  cases.insert(cases.end(), {pages_of_16, pages_of_16_32, pages_of_8});
   for (GpuCase c : cases) {
     c.fp8_block = true;
     SCOPED_TRACE(describe(c));

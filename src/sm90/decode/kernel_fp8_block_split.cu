@@ -86,11 +86,11 @@ void launch_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const D
 
 void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                                    cudaStream_t stream, bool after_quantiser) {
-  if (two_loader_warps(p, p.page_log2)) {
-    return launch_block_split<true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  }
-  // P V over the tile's rows (kernel.hpp, with_split_pv_acc); two loader warps keep N = 64.
+  // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
   with_split_pv_acc(p.rows, [&](auto acc) {
+    if (two_loader_warps(p, p.page_log2)) {
+      return launch_block_split<true, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+    }
     launch_block_split<false, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   });
 }

@@ -117,14 +117,15 @@ void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodePar
 
 void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream, bool after_quantiser) {
-  // (d_qk 512 with pages of 8 or 16 tokens keeps the alternating kernel: kernel.hpp.)
+  // d_qk 512 keeps P V over 64 rows: over 48 it measured 0.6-1.9 % slower on a 12-head
+  // q_len-4 batch (bench/NOTES.md v36). (d_qk 512 with pages of 8 or 16 tokens keeps the
+  // alternating kernel: kernel.hpp.)
   if (p.d_qk == kDqkNoRope) return launch_split<kLatentBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  if (two_loader_warps(p, p.part_log2)) {
-    return launch_split<kQkBoxes, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  }
-  // P V over the tile's rows (kernel.hpp, with_split_pv_acc); the d_qk 512 and two-loader
-  // instantiations above keep N = 64 (fewer kernels to compile).
+  // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
   with_split_pv_acc(p.rows, [&](auto acc) {
+    if (two_loader_warps(p, p.part_log2)) {
+      return launch_split<kQkBoxes, true, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+    }
     launch_split<kQkBoxes, false, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   });
 }
