@@ -148,24 +148,45 @@ __device__ __forceinline__ SplitRequest split_request(const CombineParams& p, in
 // bench --balance, v27).
 // A row that sees no key in any split has only -inf partial LSEs (the decode writes them),
 // so it needs no test of its own: it is written empty below.
+// A narrow merge's loads as they arrive: fp32 partials as float4; bf16 ones as 8-byte words,
+// widened at the multiply (16 registers for a batch instead of 32: the narrow-only kernel
+// fits 64 registers, four blocks per SM).
+template <class Partial>
+struct NarrowLoads {
+  using Raw = float4;
+  __device__ __forceinline__ static Raw load(const float* at) { return load4(at); }
+  __device__ __forceinline__ static float4 values(const Raw& r) { return r; }
+};
+template <>
+struct NarrowLoads<__nv_bfloat16> {
+  using Raw = uint2;
+  __device__ __forceinline__ static Raw load(const __nv_bfloat16* at) {
+    return __ldg(reinterpret_cast<const uint2*>(at));
+  }
+  __device__ __forceinline__ static float4 values(const Raw& u) {
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+};
 constexpr int kNarrowBatch = 2;
 template <class Partial>
 __device__ __forceinline__ void combine_narrow(const CombineParams& p, const SplitRequest& r, int task, int lane) {
+  using NL = NarrowLoads<Partial>;
   const int row = task % p.rows;
   const int b = r.b, ns = r.ns;
   const int64_t slot0 = r.slot0;
   const Partial* base = static_cast<const Partial*>(p.partial_o) + (slot0 * p.rows + row) * kDv + lane * 4;
   const int64_t stride = int64_t{p.rows} * kDv;
-  auto load_batch = [&](int s0, float4 (&v)[kNarrowBatch][kQuarters]) {
+  auto load_batch = [&](int s0, typename NL::Raw (&v)[kNarrowBatch][kQuarters]) {
 #pragma unroll
     for (int j = 0; j < kNarrowBatch; ++j) {
 #pragma unroll
       for (int q = 0; q < kQuarters; ++q) {
-        v[j][q] = s0 + j < ns ? load4(base + (s0 + j) * stride + q * kQuarterCols) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j][q] = s0 + j < ns ? NL::load(base + (s0 + j) * stride + q * kQuarterCols) : typename NL::Raw{};
       }
     }
   };
-  float4 v[kNarrowBatch][kQuarters];
+  typename NL::Raw v[kNarrowBatch][kQuarters];
   load_batch(0, v);
   const float neg_inf = -__int_as_float(0x7f800000);
   const float lse_s = lane < ns ? p.partial_lse[(slot0 + lane) * p.rows + row] : neg_inf;
@@ -193,7 +214,7 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, const Spl
       const float w = __shfl_sync(0xffffffff, w_lane, (s0 + j) & 31);
       if (s0 + j < ns && w != 0.f) {
 #pragma unroll
-        for (int q = 0; q < kQuarters; ++q) fma4(acc[q], w, v[j][q]);
+        for (int q = 0; q < kQuarters; ++q) fma4(acc[q], w, NL::values(v[j][q]));
       }
     }
     s0 += kNarrowBatch;
@@ -255,9 +276,11 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // kWarps narrow tasks (rows) each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
-// Two blocks of 512 threads per SM (64 registers), three of 256 or six of 128.
-template <int kWarps, class Partial>
-__global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : (kWarps == 8 ? 3 : 6)) combine_kernel(const __grid_constant__ CombineParams p) {
+// Two blocks of 512 threads per SM (64 registers), three of 256 or six of 128; kNarrowOnly
+// (host plans without wide requests; 8 warps): no wide path, four blocks of 256 per SM.
+template <int kWarps, class Partial, bool kNarrowOnly = false>
+__global__ void __launch_bounds__(kWarps * 32, kNarrowOnly ? 4 : (kWarps == 16 ? 2 : (kWarps == 8 ? 3 : 6)))
+    combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ CombineShared<kWarps> sh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // The counts and the plan are written before the decode runs (the host, or the device
@@ -284,10 +307,14 @@ __global__ void __launch_bounds__(kWarps * 32, kWarps == 16 ? 2 : (kWarps == 8 ?
   if (p.timeline != nullptr && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(started));
   for (int blk = blockIdx.x; blk < total; blk += gridDim.x) {
     const SplitRequest r = blk == int(blockIdx.x) ? first : request_of(blk);
-    if (blk < wide_blocks) {
-      combine_wide<kWarps, Partial>(p, sh, r, blk);
-      __syncthreads();  // the shared buffers are reused by the next wide task
-    } else if (blk < narrow_end) {
+    if constexpr (!kNarrowOnly) {
+      if (blk < wide_blocks) {
+        combine_wide<kWarps, Partial>(p, sh, r, blk);
+        __syncthreads();  // the shared buffers are reused by the next wide task
+        continue;
+      }
+    }
+    if (blk < narrow_end) {
       const int task = (blk - wide_blocks) * kWarps + warp;
       if (task < narrow_tasks) combine_narrow<Partial>(p, r, task, lane);
     } else {
@@ -333,12 +360,13 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 
 // The opt-in to that much dynamic shared memory, once per kernel and device (a function
 // attribute belongs to the device's context: engines drive one GPU per thread).
-template <int kWarps, class Partial>
+template <int kWarps, class Partial, bool kNarrowOnly>
 void reserve_spread_smem() {
   static PerDevice<bool> reserved;
   reserved.get([](int device) {
     const cudaError_t err =
-        cudaFuncSetAttribute(combine_kernel<kWarps, Partial>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSpreadSmemBytes);
+        cudaFuncSetAttribute(combine_kernel<kWarps, Partial, kNarrowOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             kSpreadSmemBytes);
     require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
             " bytes of shared memory per block on device ", device, ": ", cudaGetErrorString(err));
     return true;
@@ -348,7 +376,7 @@ void reserve_spread_smem() {
 // A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).
 bool spreads(int64_t blocks, int sm_count) { return blocks > 0 && blocks <= sm_count; }
 
-template <int kWarps, class Partial>
+template <int kWarps, class Partial, bool kNarrowOnly>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
   if (blocks == 0) return;
@@ -358,7 +386,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
   if (spreads(blocks, p.sm_count)) {
-    reserve_spread_smem<kWarps, Partial>();
+    reserve_spread_smem<kWarps, Partial, kNarrowOnly>();
     config.dynamicSmemBytes = kSpreadSmemBytes;
   }
   cudaLaunchAttribute attr{};
@@ -366,7 +394,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial, kNarrowOnly>, p);
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }
 
@@ -390,9 +418,17 @@ int64_t combine_blocks(const CombineParams& p) {
 bool combine_spreads_blocks(const CombineParams& p) { return spreads(combine_blocks(p), p.sm_count); }
 
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
+  // Host plans of bf16 partials without a wide request: the narrow-only kernel, four blocks
+  // of 8 warps per SM (64 registers) instead of three, so lognormal_H16_Sq4's 472 blocks
+  // run in one wave instead of 1.19 (ncu). Three alternated rounds (bench/NOTES.md v36):
+  // lognormal_H16_Sq4 198.6 -> 195.8 us, lognormal_H64 -0.9 %, B32_Sq4 (one wave either
+  // way) level. (Device-made plans' counts are not known here: the general kernels.)
+  if (p.header == nullptr && p.num_wide_requests == 0 && p.partial_format == PartialFormat::kBf16) {
+    return launch_combine_with<8, __nv_bfloat16, true>(p, stream);
+  }
   with_combine_warps(p, [&](auto warps) {
-    if (p.partial_format == PartialFormat::kBf16) return launch_combine_with<warps(), __nv_bfloat16>(p, stream);
-    launch_combine_with<warps(), float>(p, stream);
+    if (p.partial_format == PartialFormat::kBf16) return launch_combine_with<warps(), __nv_bfloat16, false>(p, stream);
+    launch_combine_with<warps(), float, false>(p, stream);
   });
 }
 
