@@ -66,9 +66,10 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
   acc.w += w * v.w;
 }
 
-// A lane's four partial O values (columns 4 l..) of one split, from fp32 or bf16 partials.
-// (bf16 partials kept as loaded, 8 bytes, with twice the splits in flight in the same
-// registers, made the merges slower, not faster: bench/NOTES.md v36.)
+// A lane's four partial O values (columns 4 l..) of one split, from fp32 or bf16 partials,
+// widened as they are loaded (the wide merges; the narrow ones keep bf16 words until the
+// multiply: NarrowLoads). Twice the splits in flight per lane in the same registers made the
+// merges slower, and the wide merges with bf16 words at 64 registers too (bench/NOTES.md v36).
 __device__ __forceinline__ float4 load4(const float* at) { return __ldg(reinterpret_cast<const float4*>(at)); }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* at) {
   const uint2 u = __ldg(reinterpret_cast<const uint2*>(at));
@@ -417,15 +418,18 @@ int64_t combine_blocks(const CombineParams& p) {
 
 bool combine_spreads_blocks(const CombineParams& p) { return spreads(combine_blocks(p), p.sm_count); }
 
-void launch_combine(const CombineParams& p, cudaStream_t stream) {
+CombineKernelChoice combine_kernel_choice(const CombineParams& p) {
   // Host plans of bf16 partials without a wide request: the narrow-only kernel, four blocks
   // of 8 warps per SM (64 registers) instead of three, so lognormal_H16_Sq4's 472 blocks
   // run in one wave instead of 1.19 (ncu). Three alternated rounds (bench/NOTES.md v36):
   // lognormal_H16_Sq4 198.6 -> 195.8 us, lognormal_H64 -0.9 %, B32_Sq4 (one wave either
   // way) level. (Device-made plans' counts are not known here: the general kernels.)
-  if (p.header == nullptr && p.num_wide_requests == 0 && p.partial_format == PartialFormat::kBf16) {
-    return launch_combine_with<8, __nv_bfloat16, true>(p, stream);
-  }
+  if (p.header == nullptr && p.num_wide_requests == 0 && p.partial_format == PartialFormat::kBf16) return {8, true};
+  return with_combine_warps(p, [](auto warps) { return CombineKernelChoice{warps(), false}; });
+}
+
+void launch_combine(const CombineParams& p, cudaStream_t stream) {
+  if (combine_kernel_choice(p).narrow_only) return launch_combine_with<8, __nv_bfloat16, true>(p, stream);
   with_combine_warps(p, [&](auto warps) {
     if (p.partial_format == PartialFormat::kBf16) return launch_combine_with<warps(), __nv_bfloat16, false>(p, stream);
     launch_combine_with<warps(), float, false>(p, stream);

@@ -56,6 +56,14 @@ int64_t combine_blocks(const CombineParams& p);
 // why).
 bool combine_spreads_blocks(const CombineParams& p);
 
+// The kernel launch_combine runs for p: warps per block, and whether it is the narrow-only
+// kernel (no wide path, four 8-warp blocks per SM; combine.cu says when).
+struct CombineKernelChoice {
+  int warps;
+  bool narrow_only;
+};
+CombineKernelChoice combine_kernel_choice(const CombineParams& p);
+
 // Launches nothing when there is nothing to merge or fill.
 void launch_combine(const CombineParams& p, cudaStream_t stream);
 

@@ -189,6 +189,30 @@ TEST(LaunchChoices, CombineGrid) {
   EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 132, 0)), 16 * 4 + (2 * 16 + 15) / 16);
 }
 
+TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
+  // fp32 partials (bf16 cache): the general kernels, warps by the widest request.
+  CombineParams p = combine_counts(64, 5, 0, 0, 1);
+  EXPECT_EQ(combine_kernel_choice(p).warps, 8);
+  EXPECT_FALSE(combine_kernel_choice(p).narrow_only);
+  // bf16 partials (fp8 caches), a host plan without wide requests: the narrow-only kernel.
+  p.partial_format = PartialFormat::kBf16;
+  EXPECT_EQ(combine_kernel_choice(p).warps, 8);
+  EXPECT_TRUE(combine_kernel_choice(p).narrow_only);
+  // ... not for a device-made plan (its counts are capacities) ...
+  DevicePlanHeader header{};
+  p.header = &header;
+  EXPECT_FALSE(combine_kernel_choice(p).narrow_only);
+  p.header = nullptr;
+  // ... nor with a wide request (4 or 16 warps by its splits, as for fp32 partials).
+  p = combine_counts(16, 3, 1, 20, 0);
+  p.partial_format = PartialFormat::kBf16;
+  EXPECT_EQ(combine_kernel_choice(p).warps, 4);
+  EXPECT_FALSE(combine_kernel_choice(p).narrow_only);
+  p.max_wide_splits = 132;
+  EXPECT_EQ(combine_kernel_choice(p).warps, 16);
+  EXPECT_FALSE(combine_kernel_choice(p).narrow_only);
+}
+
 TEST(LaunchChoices, CombineBlocksGetAnSmEachOnlyWhenTheGridFitsTheSms) {
   CombineParams p = combine_counts(16, 1, 1, 132, 0);  // B1: 64 wide blocks
   p.sm_count = 132;
