@@ -56,6 +56,9 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
   const OutputView& v = p.output;
   // A split's rows go to its slot's bf16 partial rows: 512 apart from the item's first.
+  // (Only split items, it.slot >= 0, store through it. Forming it per row, or clamping the
+  // slot, changed the SASS of 1 / 11 fp8 kernels, the 2-CTA one with 24 more bytes of
+  // spills, bench/NOTES.md v36; this form is the measured one.)
   __nv_bfloat16* const partial_rows =
       static_cast<__nv_bfloat16*>(p.partial_o) + (int64_t{it.slot} * p.rows + it.row_begin) * 512 + dim0;
 #pragma unroll
