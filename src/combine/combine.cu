@@ -66,16 +66,20 @@ __device__ __forceinline__ void fma4(float4& acc, float w, const float4& v) {
   acc.w += w * v.w;
 }
 
+// Four bf16 (one 8-byte word, the lowest address in the low half) as fp32: a bf16 is the
+// high half of an fp32, so a shift or a mask, no conversion.
+__device__ __forceinline__ float4 widen_bf16x4(uint2 u) {
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+
 // A lane's four partial O values (columns 4 l..) of one split, from fp32 or bf16 partials,
 // widened as they are loaded (the wide merges; the narrow ones keep bf16 words until the
 // multiply: NarrowLoads). Twice the splits in flight per lane in the same registers made the
 // merges slower, and the wide merges with bf16 words at 64 registers too (bench/NOTES.md v36).
 __device__ __forceinline__ float4 load4(const float* at) { return __ldg(reinterpret_cast<const float4*>(at)); }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* at) {
-  const uint2 u = __ldg(reinterpret_cast<const uint2*>(at));
-  // A bf16 is the high half of an fp32: a shift or a mask, no conversion.
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
+  return widen_bf16x4(__ldg(reinterpret_cast<const uint2*>(at)));
 }
 
 // The splits s = first + j * step (< ns) of one 128-column quarter that a warp merges.
@@ -140,15 +144,6 @@ __device__ __forceinline__ SplitRequest split_request(const CombineParams& p, in
   return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
 }
 
-// A narrow request (<= kCombineNarrowSplits splits): one warp merges one row, all four
-// column quarters (lane l: columns 128 q + 4 l); the lanes hold one split's LSE each, so
-// the weights need warp shuffles only. Its partial O loads go out kNarrowBatch splits x 4
-// quarters at a time (4 KB per warp in flight with fp32 partials, 2 with bf16), the first
-// batch with the LSE load. A warp per (row, quarter) held a quarter of that: the 64-row
-// split cases' merges were bound by bytes in flight (lognormal_H16_Sq4: 190 partial slots x 64 rows x 2 KB = 25 MB in ~17 us,
-// bench --balance, v27).
-// A row that sees no key in any split has only -inf partial LSEs (the decode writes them),
-// so it needs no test of its own: it is written empty below.
 // A narrow merge's loads as they arrive: fp32 partials as float4; bf16 ones as 8-byte words,
 // widened at the multiply (16 registers for a batch instead of 32: the narrow-only kernel
 // fits 64 registers, four blocks per SM).
@@ -164,11 +159,18 @@ struct NarrowLoads<__nv_bfloat16> {
   __device__ __forceinline__ static Raw load(const __nv_bfloat16* at) {
     return __ldg(reinterpret_cast<const uint2*>(at));
   }
-  __device__ __forceinline__ static float4 values(const Raw& u) {
-    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                       __uint_as_float(u.y & 0xffff0000u));
-  }
+  __device__ __forceinline__ static float4 values(const Raw& u) { return widen_bf16x4(u); }
 };
+
+// A narrow request (<= kCombineNarrowSplits splits): one warp merges one row, all four
+// column quarters (lane l: columns 128 q + 4 l); the lanes hold one split's LSE each, so
+// the weights need warp shuffles only. Its partial O loads go out kNarrowBatch splits x 4
+// quarters at a time (4 KB per warp in flight with fp32 partials, 2 with bf16), the first
+// batch with the LSE load. A warp per (row, quarter) held a quarter of that: the 64-row
+// split cases' merges were bound by bytes in flight (lognormal_H16_Sq4: 190 partial slots
+// x 64 rows x 2 KB = 25 MB in ~17 us, bench --balance, v27).
+// A row that sees no key in any split has only -inf partial LSEs (the decode writes them),
+// so it needs no test of its own: it is written empty below.
 constexpr int kNarrowBatch = 2;
 template <class Partial>
 __device__ __forceinline__ void combine_narrow(const CombineParams& p, const SplitRequest& r, int task, int lane) {

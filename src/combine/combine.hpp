@@ -16,7 +16,7 @@ namespace kbmla {
 // fp32 for a bf16 cache. bf16 for the fp8 caches: their values carry 3 mantissa bits
 // (e4m3), so a partial O / l rounded to bf16's 8 adds ~1/32 of the error the cache already
 // has, while the partials' write and read-back are half the bytes. With the cache at half
-// bf16's bytes, fp32 partials were 10-14 % of a split 64-row call's traffic
+// bf16's bytes, fp32 partials were 7-14 % of a split 64-row call's traffic
 // (uniform_B32_Sq4: 160 partial slots x 64 rows x 2 KiB, twice, against 302 MB of cache).
 enum class PartialFormat { kFp32, kBf16 };
 
