@@ -74,74 +74,13 @@ __device__ __forceinline__ float4 widen_bf16x4(uint2 u) {
 }
 
 // A lane's four partial O values (columns 4 l..) of one split, from fp32 or bf16 partials,
-// widened as they are loaded (the wide merges; the narrow ones keep bf16 words until the
-// multiply: NarrowLoads). Twice the splits in flight per lane in the same registers made the
-// merges slower, and the wide merges with bf16 words at 64 registers too (bench/NOTES.md v36).
+// widened as they are loaded (the general kernels' wide merges; the narrow merges and the
+// dense kernels keep bf16 words until the multiply: NarrowLoads). Twice the splits in
+// flight per lane in the same registers made the merges slower, and so did the wide merges
+// on bf16 words at 64 registers where the general kernel's grid is one wave (bench/NOTES.md v36).
 __device__ __forceinline__ float4 load4(const float* at) { return __ldg(reinterpret_cast<const float4*>(at)); }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* at) {
   return widen_bf16x4(__ldg(reinterpret_cast<const uint2*>(at)));
-}
-
-// The splits s = first + j * step (< ns) of one 128-column quarter that a warp merges.
-// Their partial O loads are issued before the LSE weights are known (the loads only need
-// the slot), so the LSE read and its reductions overlap the O round trip instead of
-// preceding it; later splits go out kLoadBatch at a time. Loads never wait on a weight
-// test (a load behind one left one load in flight per warp: ~12 us for a 132-split
-// request). A split of weight 0 (LSE -inf) is skipped after its load, never multiplied:
-// its partial O may be 0/0. The prefetch depth is bounded by occupancy: 16 float4 per
-// lane took 159 registers (one block per SM); 9 fit 64 (two blocks of 512 threads) or 78
-// (three of 256).
-constexpr int kPrefetch = 9;
-constexpr int kLoadBatch = 8;
-template <class Partial>
-struct SplitWalk {
-  const Partial* base;
-  int64_t stride;
-  int first, step, ns;
-  float4 v[kPrefetch];
-
-  __device__ __forceinline__ void prefetch() {
-#pragma unroll
-    for (int j = 0; j < kPrefetch; ++j) v[j] = load(first + j * step);
-  }
-  __device__ __forceinline__ float4 load(int s) const {
-    return s < ns ? load4(base + s * stride) : make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-  template <class Weight>
-  __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int j = 0; j < kPrefetch; ++j) {
-      const int s = first + j * step;
-      const float w = s < ns ? weight(s) : 0.f;
-      if (w != 0.f) fma4(acc, w, v[j]);
-    }
-    for (int s0 = first + kPrefetch * step; s0 < ns; s0 += kLoadBatch * step) {
-      float4 u[kLoadBatch];
-#pragma unroll
-      for (int j = 0; j < kLoadBatch; ++j) u[j] = load(s0 + j * step);
-#pragma unroll
-      for (int j = 0; j < kLoadBatch; ++j) {
-        const int s = s0 + j * step;
-        const float w = s < ns ? weight(s) : 0.f;
-        if (w != 0.f) fma4(acc, w, u[j]);
-      }
-    }
-    return acc;
-  }
-};
-
-// What a merge task needs of the plan: the request, its split count and first partial
-// slot. Plan data only (none of the decode's outputs), so a block loads its first task's
-// before waiting for the decode: after the wait only the partials' round trip is left
-// (it was four dependent round trips: ~4.3 us of B1's combine, bench --balance, v27).
-struct SplitRequest {
-  int b, ns;
-  int64_t slot0;
-};
-__device__ __forceinline__ SplitRequest split_request(const CombineParams& p, int index) {
-  const int b = p.split_requests[index];
-  return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
 }
 
 // A narrow merge's loads as they arrive: fp32 partials as float4; bf16 ones as 8-byte words,
@@ -161,6 +100,76 @@ struct NarrowLoads<__nv_bfloat16> {
   }
   __device__ __forceinline__ static float4 values(const Raw& u) { return widen_bf16x4(u); }
 };
+
+// The splits s = first + j * step (< ns) of one 128-column quarter that a warp merges.
+// Their partial O loads are issued before the LSE weights are known (the loads only need
+// the slot), so the LSE read and its reductions overlap the O round trip instead of
+// preceding it; later splits go out kLoadBatch at a time. Loads never wait on a weight
+// test (a load behind one left one load in flight per warp: ~12 us for a 132-split
+// request). A split of weight 0 (LSE -inf) is skipped after its load, never multiplied:
+// its partial O may be 0/0. The prefetch depth is bounded by occupancy: 16 float4 per
+// lane took 159 registers (one block per SM); 9 fit 64 (two blocks of 512 threads) or 78
+// (three of 256).
+constexpr int kPrefetch = 9;
+constexpr int kLoadBatch = 8;
+// kRaw: bf16 partials kept as 8-byte words until the multiply (NarrowLoads; the dense
+// kernels), else widened as loaded.
+template <class Partial, bool kRaw = false>
+struct SplitWalk {
+  struct Widened {
+    using Raw = float4;
+    __device__ __forceinline__ static Raw load(const Partial* at) { return load4(at); }
+    __device__ __forceinline__ static float4 values(const Raw& r) { return r; }
+  };
+  using L = std::conditional_t<kRaw, NarrowLoads<Partial>, Widened>;
+  const Partial* base;
+  int64_t stride;
+  int first, step, ns;
+  typename L::Raw v[kPrefetch];
+
+  __device__ __forceinline__ void prefetch() {
+#pragma unroll
+    for (int j = 0; j < kPrefetch; ++j) v[j] = load(first + j * step);
+  }
+  __device__ __forceinline__ typename L::Raw load(int s) const {
+    return s < ns ? L::load(base + s * stride) : typename L::Raw{};
+  }
+  template <class Weight>
+  __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int j = 0; j < kPrefetch; ++j) {
+      const int s = first + j * step;
+      const float w = s < ns ? weight(s) : 0.f;
+      if (w != 0.f) fma4(acc, w, L::values(v[j]));
+    }
+    for (int s0 = first + kPrefetch * step; s0 < ns; s0 += kLoadBatch * step) {
+      typename L::Raw u[kLoadBatch];
+#pragma unroll
+      for (int j = 0; j < kLoadBatch; ++j) u[j] = load(s0 + j * step);
+#pragma unroll
+      for (int j = 0; j < kLoadBatch; ++j) {
+        const int s = s0 + j * step;
+        const float w = s < ns ? weight(s) : 0.f;
+        if (w != 0.f) fma4(acc, w, L::values(u[j]));
+      }
+    }
+    return acc;
+  }
+};
+
+// What a merge task needs of the plan: the request, its split count and first partial
+// slot. Plan data only (none of the decode's outputs), so a block loads its first task's
+// before waiting for the decode: after the wait only the partials' round trip is left
+// (it was four dependent round trips: ~4.3 us of B1's combine, bench --balance, v27).
+struct SplitRequest {
+  int b, ns;
+  int64_t slot0;
+};
+__device__ __forceinline__ SplitRequest split_request(const CombineParams& p, int index) {
+  const int b = p.split_requests[index];
+  return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
+}
 
 // A narrow request (<= kCombineNarrowSplits splits): one warp merges one row, all four
 // column quarters (lane l: columns 128 q + 4 l); the lanes hold one split's LSE each, so
@@ -241,7 +250,7 @@ struct CombineShared {
 // A wide request's (row, column quarter): the kWarps warps take every kWarps-th split, so
 // up to kWarps x kPrefetch float4 loads per lane are in flight even for one long request;
 // a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
-template <int kWarps, class Partial>
+template <int kWarps, class Partial, bool kRaw>
 __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, const SplitRequest& r,
                                              int task) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -249,7 +258,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   const int row = (task / kQuarters) % p.rows;
   const int b = r.b, ns = r.ns;
   const int64_t slot0 = r.slot0;
-  SplitWalk<Partial> walk{
+  SplitWalk<Partial, kRaw> walk{
       static_cast<const Partial*>(p.partial_o) + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
       int64_t{p.rows} * kDv, warp, kWarps, ns};
   walk.prefetch();
@@ -279,10 +288,16 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // kWarps narrow tasks (rows) each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
-// Two blocks of 512 threads per SM (64 registers), three of 256 or six of 128; kNarrowOnly
-// (host plans without wide requests; 8 warps): no wide path, four blocks of 256 per SM.
-template <int kWarps, class Partial, bool kNarrowOnly = false>
-__global__ void __launch_bounds__(kWarps * 32, kNarrowOnly ? 4 : (kWarps == 16 ? 2 : (kWarps == 8 ? 3 : 6)))
+// The kernel's forms: kGeneral, two blocks of 512 threads per SM (64 registers), three of 256
+// or six of 128 (80); for bf16 partials only (their 8-byte loads fit 64 registers):
+// kNarrowOnly (host plans without wide requests: no wide path, four 8-warp blocks per SM)
+// and kDense (the wide path on 8-byte loads, four 8-warp or eight 4-warp blocks per SM).
+enum CombineForm { kGeneral, kNarrowOnly, kDense };
+__host__ __device__ constexpr int combine_blocks_per_sm(int warps, int form) {
+  return form != kGeneral ? 65536 / (64 * warps * 32) : (warps == 16 ? 2 : (warps == 8 ? 3 : 6));
+}
+template <int kWarps, class Partial, int kForm = kGeneral>
+__global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kForm))
     combine_kernel(const __grid_constant__ CombineParams p) {
   __shared__ CombineShared<kWarps> sh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -310,9 +325,9 @@ __global__ void __launch_bounds__(kWarps * 32, kNarrowOnly ? 4 : (kWarps == 16 ?
   if (p.timeline != nullptr && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(started));
   for (int blk = blockIdx.x; blk < total; blk += gridDim.x) {
     const SplitRequest r = blk == int(blockIdx.x) ? first : request_of(blk);
-    if constexpr (!kNarrowOnly) {
+    if constexpr (kForm != kNarrowOnly) {
       if (blk < wide_blocks) {
-        combine_wide<kWarps, Partial>(p, sh, r, blk);
+        combine_wide<kWarps, Partial, kForm == kDense>(p, sh, r, blk);
         __syncthreads();  // the shared buffers are reused by the next wide task
         continue;
       }
@@ -363,12 +378,12 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 
 // The opt-in to that much dynamic shared memory, once per kernel and device (a function
 // attribute belongs to the device's context: engines drive one GPU per thread).
-template <int kWarps, class Partial, bool kNarrowOnly>
+template <int kWarps, class Partial, int kForm>
 void reserve_spread_smem() {
   static PerDevice<bool> reserved;
   reserved.get([](int device) {
     const cudaError_t err =
-        cudaFuncSetAttribute(combine_kernel<kWarps, Partial, kNarrowOnly>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(combine_kernel<kWarps, Partial, kForm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              kSpreadSmemBytes);
     require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
             " bytes of shared memory per block on device ", device, ": ", cudaGetErrorString(err));
@@ -379,7 +394,7 @@ void reserve_spread_smem() {
 // A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).
 bool spreads(int64_t blocks, int sm_count) { return blocks > 0 && blocks <= sm_count; }
 
-template <int kWarps, class Partial, bool kNarrowOnly>
+template <int kWarps, class Partial, int kForm>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
   if (blocks == 0) return;
@@ -389,7 +404,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
   if (spreads(blocks, p.sm_count)) {
-    reserve_spread_smem<kWarps, Partial, kNarrowOnly>();
+    reserve_spread_smem<kWarps, Partial, kForm>();
     config.dynamicSmemBytes = kSpreadSmemBytes;
   }
   cudaLaunchAttribute attr{};
@@ -397,7 +412,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial, kNarrowOnly>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial, kForm>, p);
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }
 
@@ -426,15 +441,32 @@ CombineKernelChoice combine_kernel_choice(const CombineParams& p) {
   // run in one wave instead of 1.19 (ncu). Three alternated rounds (bench/NOTES.md v36):
   // lognormal_H16_Sq4 198.6 -> 195.8 us, lognormal_H64 -0.9 %, B32_Sq4 (one wave either
   // way) level. (Device-made plans' counts are not known here: the general kernels.)
-  if (p.header == nullptr && p.num_wide_requests == 0 && p.partial_format == PartialFormat::kBf16) return {8, true};
-  return with_combine_warps(p, [](auto warps) { return CombineKernelChoice{warps(), false}; });
+  const bool bf16_host_plan = p.header == nullptr && p.partial_format == PartialFormat::kBf16;
+  if (bf16_host_plan && p.num_wide_requests == 0) return {8, true, false};
+  // With wide requests, the dense kernel (4 or 8 warps) when the grid is more than one
+  // wave of the general one: B4_Sq4's 1024 4-warp blocks in one wave instead of 1.29.
+  // Three alternated rounds (bench/NOTES.md v37): B4_Sq4 100.8 -> 98.6 us (its combine
+  // span +6.4..6.7 -> +4.4..4.6), per-block fp8 level with a span 1.8 us shorter; the
+  // cases of one wave keep the general kernel (the dense one for every bf16 combine made
+  // kimi, 540 4-warp blocks, +1.7 %: v36).
+  return with_combine_warps(p, [&](auto warps) {
+    constexpr int kWarps = warps();
+    const int64_t one_wave = int64_t{p.sm_count} * combine_blocks_per_sm(kWarps, kGeneral);
+    const bool dense = bf16_host_plan && kWarps < 16 && p.sm_count > 0 && blocks_with<kWarps>(p) > one_wave;
+    return CombineKernelChoice{kWarps, false, dense};
+  });
 }
 
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
-  if (combine_kernel_choice(p).narrow_only) return launch_combine_with<8, __nv_bfloat16, true>(p, stream);
+  const CombineKernelChoice k = combine_kernel_choice(p);
+  if (k.narrow_only) return launch_combine_with<8, __nv_bfloat16, kNarrowOnly>(p, stream);
   with_combine_warps(p, [&](auto warps) {
-    if (p.partial_format == PartialFormat::kBf16) return launch_combine_with<warps(), __nv_bfloat16, false>(p, stream);
-    launch_combine_with<warps(), float, false>(p, stream);
+    constexpr int kWarps = warps();
+    if (p.partial_format == PartialFormat::kFp32) return launch_combine_with<kWarps, float, kGeneral>(p, stream);
+    if constexpr (kWarps < 16) {
+      if (k.dense) return launch_combine_with<kWarps, __nv_bfloat16, kDense>(p, stream);
+    }
+    launch_combine_with<kWarps, __nv_bfloat16, kGeneral>(p, stream);
   });
 }
 

@@ -57,10 +57,12 @@ int64_t combine_blocks(const CombineParams& p);
 bool combine_spreads_blocks(const CombineParams& p);
 
 // The kernel launch_combine runs for p: warps per block, and whether it is the narrow-only
-// kernel (no wide path, four 8-warp blocks per SM; combine.cu says when).
+// kernel (no wide path, four 8-warp blocks per SM) or the dense one (the wide path on bf16
+// words at 64 registers); combine.cu says when.
 struct CombineKernelChoice {
   int warps;
   bool narrow_only;
+  bool dense;
 };
 CombineKernelChoice combine_kernel_choice(const CombineParams& p);
 

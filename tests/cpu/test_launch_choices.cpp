@@ -211,6 +211,19 @@ TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
   p.max_wide_splits = 132;
   EXPECT_EQ(combine_kernel_choice(p).warps, 16);
   EXPECT_FALSE(combine_kernel_choice(p).narrow_only);
+  EXPECT_FALSE(combine_kernel_choice(p).dense);
+  // The dense kernel: bf16 partials, wide requests, more blocks than one wave of the
+  // general kernel (B4_Sq4: 4 x 64 rows x 4 quarters of 4 warps; six per SM on 132 SMs).
+  p = combine_counts(64, 4, 4, 33, 0);
+  p.partial_format = PartialFormat::kBf16;
+  p.sm_count = 132;
+  EXPECT_EQ(combine_kernel_choice(p).warps, 4);
+  EXPECT_TRUE(combine_kernel_choice(p).dense);
+  p.sm_count = 200;  // 1024 blocks in one wave of 6 x 200
+  EXPECT_FALSE(combine_kernel_choice(p).dense);
+  p.sm_count = 132;
+  p.partial_format = PartialFormat::kFp32;
+  EXPECT_FALSE(combine_kernel_choice(p).dense);
 }
 
 TEST(LaunchChoices, CombineBlocksGetAnSmEachOnlyWhenTheGridFitsTheSms) {
