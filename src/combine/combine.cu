@@ -289,7 +289,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
 // the host plan's, or, for device-made plans, read from the plan header; the grid strides
 // over the blocks, so a device plan's grid need not match its (data-dependent) counts.
 // The kernel's forms: kGeneral, two blocks of 512 threads per SM (64 registers), three of 256
-// or six of 128 (80); for bf16 partials only (their 8-byte loads fit 64 registers):
+// or six of 128 (80 registers); for bf16 partials only (their 8-byte loads fit 64 registers):
 // kNarrowOnly (host plans without wide requests: no wide path, four 8-warp blocks per SM)
 // and kDense (the wide path on 8-byte loads, four 8-warp or eight 4-warp blocks per SM).
 enum CombineForm { kGeneral, kNarrowOnly, kDense };

@@ -222,7 +222,19 @@ TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
   p.sm_count = 200;  // 1024 blocks in one wave of 6 x 200
   EXPECT_FALSE(combine_kernel_choice(p).dense);
   p.sm_count = 132;
+  DevicePlanHeader device_made{};
+  p.header = &device_made;  // a device-made plan's counts are capacities: the general kernel
+  EXPECT_FALSE(combine_kernel_choice(p).dense);
+  p.header = nullptr;
   p.partial_format = PartialFormat::kFp32;
+  EXPECT_FALSE(combine_kernel_choice(p).dense);
+  // 8 warps (37..72 splits): three 64-row requests, 768 blocks against 3 x 132.
+  p = combine_counts(64, 3, 3, 44, 0);
+  p.partial_format = PartialFormat::kBf16;
+  p.sm_count = 132;
+  EXPECT_EQ(combine_kernel_choice(p).warps, 8);
+  EXPECT_TRUE(combine_kernel_choice(p).dense);
+  p.num_split_requests = p.num_wide_requests = 1;  // 256 blocks: one wave
   EXPECT_FALSE(combine_kernel_choice(p).dense);
 }
 
