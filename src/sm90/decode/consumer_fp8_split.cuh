@@ -114,7 +114,11 @@ struct SplitSmemLayout : SmemLayoutOf<kSplitStages> {
   static constexpr uint32_t q_staging = (Base::end + 1023) / 1024 * 1024;
   static constexpr uint32_t staging_barriers = q_staging + kQkBoxes * kStagingBoxBytes;
   static constexpr uint32_t split_barriers = staging_barriers + 16;
-  static constexpr uint32_t split_end = split_barriers + SplitBarriers<kSplitStages>::kBytes;
+  // q_issued[2] (q_staged_fp8.cuh, run_q_stager): the Q loader's arrival once an item's
+  // last staged part is issued, by item parity; the KV loader waits for it before the
+  // item's later blocks (Fp8SplitSmem::kQGateBlocks).
+  static constexpr uint32_t q_issued = split_barriers + SplitBarriers<kSplitStages>::kBytes;
+  static constexpr uint32_t split_end = q_issued + 16;
   static constexpr uint32_t alloc = split_end + 1024;
 };
 static_assert(SplitSmemLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");

@@ -16,9 +16,24 @@ namespace fp8 {
 
 // The producer's view of this kernel's shared memory: the per-tensor stages (parts of
 // pages, 128-byte latent boxes) in a ring of kSplitStages.
+// With a staged Q (p.q_staged) the KV loader issues an item's first kQGateBlocks blocks,
+// then waits until the Q loader has issued the item's second staged half. Why (bench/NOTES.md
+// v37, item phases): that half is asked for only once the softmax warpgroup quantised the
+// first, and at a CTA's start it queued behind four KV stages (~150 KB at an SM's ~30 GB/s
+// share of HBM): 6-7 us from an item's start to its quantised Q in every 64-row case,
+// where a caller's e4m3 Q (one load ahead of the item) made the calls 4-8 % faster.
+// Measured, three alternated rounds: B128_Sq4 98.0 -> 94.8 us, B128_H64 96.8 -> 94.6 (the
+// one-item plans), the multi-item cases level (-0.7..+0.3 %: their later items' Q phase
+// has another cause, not found yet); gating after 2 blocks instead of 1 was no better.
+// The producer's spills grew from 36 / 28 to 68 / 56 bytes (d_qk 576, one loader warp).
+#ifndef KBMLA_Q_GATE_BLOCKS
+#define KBMLA_Q_GATE_BLOCKS 1
+#endif
 struct Fp8SplitSmem : Fp8Smem {
   using Layout = SplitSmemLayout;
   static constexpr int kStages = kSplitStages;
+  static constexpr int kQGateBlocks = KBMLA_Q_GATE_BLOCKS;
+  __device__ static uint64_t* q_issued(uint8_t* smem) { return reinterpret_cast<uint64_t*>(smem + Layout::q_issued); }
 };
 
 // Ceiling spikes only (bench/NOTES.md), as in kernel_fp8.cu: -DKBMLA_FP8_EXPERIMENT_MODE=1
@@ -58,6 +73,8 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     }
     Mbarrier::init(staging_full, 1);        // the Q loader's arrive_and_expect_tx
     Mbarrier::init(staging_full + 1, 128);  // staging_empty: the softmax warpgroup
+    Mbarrier::init(Fp8SplitSmem::q_issued(smem), 1);  // q_issued[2]: the Q loader
+    Mbarrier::init(Fp8SplitSmem::q_issued(smem) + 1, 1);
     init_pipeline_barriers<kSplitStages>(bars, 1, kTwoLoaders ? 2 : 1);
     init_split_barriers<kSplitStages>(smem + L::split_barriers, bars);
   }
@@ -74,7 +91,8 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
       run_kv_loader<kSplitMode, QkBoxes, false, Fp8SplitSmem>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader
       if (p.q_staged) {
-        run_q_stager<QkBoxes>(p, &q_maps, smem + L::q_staging, staging_full, staging_full + 1);
+        run_q_stager<QkBoxes>(p, &q_maps, smem + L::q_staging, staging_full, staging_full + 1,
+                              Fp8SplitSmem::q_issued(smem));
       } else {
         grid_dependency_wait();  // the quantised Q
         run_q_loader<QkBoxes, Fp8SplitSmem, /*kCheckDcp=*/true>(p, &q_maps, smem);

@@ -410,11 +410,19 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   const int rank = cta_rank_in_cluster();
   // This lane's parts are this warp's: parts alternate between the two loader warps.
   const bool mine = !kTwoLoaders || (lane & 1) == role;
+  int item_count = 0;  // items streamed (a Q stager counts the same ones)
   for_each_work_tile(p, [&](const WorkTileInfo& w) {
     const Item it = resolve_item(p, w);
     errors |= it.errors;
     if (!it.run) return;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      if constexpr (requires { Smem::kQGateBlocks; }) {
+        // A kernel whose Q is staged in parts (Fp8SplitSmem) holds back the item's later
+        // blocks until its last Q part is issued, so that part is not queued behind them.
+        if (p.q_staged && blk == it.blk_begin + Smem::kQGateBlocks) {
+          Mbarrier::wait(Smem::q_issued(smem) + (item_count & 1), (item_count >> 1) & 1);
+        }
+      }
       const int stage = block_count % kStages;
       const int32_t entry = mine ? kv.lane_entry(it.batch, blk, it.seqlen, lane) : 0;
       if constexpr (!kGatherRows && PagedKvLoader<QkBoxes, Smem>::kPartsOfPages) {
@@ -453,6 +461,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       }
       errors |= err;
     }
+    ++item_count;
   });
   if (errors && lane == 0) atomicOr(p.error_word, errors);
 }

@@ -34,10 +34,11 @@ __device__ __forceinline__ uint4 staged_group(const uint8_t* staging, int r, int
 // rows 32 h..32 h + 31 of its tile (rows past the tensor read as zeros; rows of the next
 // request are read and ignored: quantise_staged_half zeroes rows >= the request's rows).
 // Also checks each item's context-parallel positions (as run_q_loader's kCheckDcp).
+// After an item's last part it arrives on q_issued[item parity] (the KV loader's gate).
 template <int QkBoxes>
 __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps* q_maps, uint8_t* staging,
-                                             uint64_t* staging_full, uint64_t* staging_empty) {
-  int halves = 0;
+                                             uint64_t* staging_full, uint64_t* staging_empty, uint64_t* q_issued) {
+  int halves = 0, items = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -56,6 +57,8 @@ __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps*
                        rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, row);
       }
     }
+    Mbarrier::arrive(q_issued + (items & 1));
+    ++items;
   }
 }
 
