@@ -419,6 +419,10 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       if constexpr (requires { Smem::kQGateBlocks; }) {
         // A kernel whose Q is staged in parts (Fp8SplitSmem) holds back the item's later
         // blocks until its last Q part is issued, so that part is not queued behind them.
+        // The gate orders issue only (no data depends on it) and cannot deadlock: the Q
+        // loader issues that part once the softmax warpgroup starts the item, which needs
+        // only blocks issued before. (A loader two items ahead of the Q loader on one
+        // barrier, past items of a single block, passes its wait at once: no gate, no harm.)
         if (p.q_staged && blk == it.blk_begin + Smem::kQGateBlocks) {
           Mbarrier::wait(Smem::q_issued(smem) + (item_count & 1), (item_count >> 1) & 1);
         }
