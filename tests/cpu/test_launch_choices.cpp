@@ -213,10 +213,22 @@ TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
   EXPECT_FALSE(combine_kernel_choice(p).narrow_only);
   EXPECT_FALSE(combine_kernel_choice(p).dense);
   // The dense kernel: bf16 partials, wide requests, more blocks than one wave of the
-  // general kernel (B4_Sq4: 4 x 64 rows x 4 quarters of 4 warps; six per SM on 132 SMs).
-  p = combine_counts(64, 4, 4, 33, 0);
-  p.partial_format = PartialFormat::kBf16;
-  p.sm_count = 132;
+  // general kernel on 132 SMs (six 4-warp or three 8-warp blocks per SM).
+  auto bf16_on_132 = [](int rows, int split, int wide, int max_wide_splits) {
+    CombineParams q = combine_counts(rows, split, wide, max_wide_splits, 0);
+    q.partial_format = PartialFormat::kBf16;
+    q.sm_count = 132;
+    return q;
+  };
+  // The GPU test's shapes (GpuSharedWorkspace.DenseWideMergesOfBf16Partials): four 64-row
+  // requests of 6000 keys cut 32 ways (4 x 64 x 4 = 1024 4-warp blocks against 792) and
+  // three of 20000 cut 40 ways (768 8-warp blocks against 396).
+  for (const int32_t keys : {6000, 20000}) {
+    const int requests = keys == 6000 ? 4 : 3, splits = keys == 6000 ? 32 : 40;
+    const auto plan = host_plan(16, 4, std::vector<int32_t>(size_t(requests), keys), 132);
+    for (int b = 0; b < requests; ++b) ASSERT_EQ(plan->host.num_splits[size_t(b)], splits) << keys;
+  }
+  p = bf16_on_132(64, 4, 4, 32);
   EXPECT_EQ(combine_kernel_choice(p).warps, 4);
   EXPECT_TRUE(combine_kernel_choice(p).dense);
   p.sm_count = 200;  // 1024 blocks in one wave of 6 x 200
@@ -228,13 +240,13 @@ TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
   p.header = nullptr;
   p.partial_format = PartialFormat::kFp32;
   EXPECT_FALSE(combine_kernel_choice(p).dense);
-  // 8 warps (37..72 splits): three 64-row requests, 768 blocks against 3 x 132.
-  p = combine_counts(64, 3, 3, 44, 0);
-  p.partial_format = PartialFormat::kBf16;
-  p.sm_count = 132;
+  p = bf16_on_132(64, 3, 3, 40);
   EXPECT_EQ(combine_kernel_choice(p).warps, 8);
   EXPECT_TRUE(combine_kernel_choice(p).dense);
   p.num_split_requests = p.num_wide_requests = 1;  // 256 blocks: one wave
+  EXPECT_FALSE(combine_kernel_choice(p).dense);
+  p = bf16_on_132(64, 3, 3, 32);  // three requests of 32 splits: 768 4-warp blocks, one wave
+  EXPECT_EQ(combine_kernel_choice(p).warps, 4);
   EXPECT_FALSE(combine_kernel_choice(p).dense);
 }
 

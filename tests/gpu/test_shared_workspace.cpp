@@ -98,14 +98,15 @@ TEST(GpuSharedWorkspace, WideMergesOfEveryBlockShape) {
 
 // The dense combine kernels (combine.cu, combine_kernel_choice): the fp8 caches' bf16
 // partials with wide requests whose general grid is more than one wave. On 132 SMs, four
-// 64-row requests cut ~33 ways (1024 blocks of 4 warps against 6 x 132) and three cut ~44
-// ways (768 blocks of 8 warps against 3 x 132) take them (the CPU test pins the choice);
+// 64-row requests of 6000 keys are cut 32 ways (1024 blocks of 4 warps against 6 x 132) and
+// three of 20000 keys 40 ways (768 blocks of 8 warps against 3 x 132), so both dense forms
+// run (LaunchChoices.CombineKernelByPartialFormatAndPlan pins the cuts and the choice);
 // both fp8 formats, against the reference.
 TEST(GpuSharedWorkspace, DenseWideMergesOfBf16Partials) {
   KBMLA_REQUIRE_SM90();
   for (int requests : {4, 3}) {
     for (bool per_block : {false, true}) {
-      GpuCase c{16, 4, std::vector<int32_t>(size_t(requests), 6000)};
+      GpuCase c{16, 4, std::vector<int32_t>(size_t(requests), requests == 4 ? 6000 : 20000)};
       c.fp8 = !per_block;
       c.fp8_block = per_block;
       c.seed = uint64_t(10 + requests);
