@@ -24,6 +24,14 @@
 namespace kbmla::sm90::fp8 {
 
 constexpr int kSplitThreads = 512;
+// Per-item phase timestamps (DecodeArgs::item_timeline, shown by kbmla bench --balance) in
+// probe builds only (bench/build_variant.sh NAME -DKBMLA_SPLIT_ITEM_PHASES=1 ...): in the
+// wide consumers the timestamps moved ptxas's spills (consumer_fp8.cuh), so the shipped
+// kernel carries none.
+#ifndef KBMLA_SPLIT_ITEM_PHASES
+#define KBMLA_SPLIT_ITEM_PHASES 0
+#endif
+constexpr bool kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
 // Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
 // the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
 constexpr int kSplitStages = 4;
@@ -180,6 +188,8 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
+    const bool phases = kSplitItemPhases && p.item_timeline != nullptr && tid == 0;
+    if (phases) record_item_phase(p, item_count, 0);
     // (p is in the constant bank: testing p.q_staged costs no register.)
     if (p.q_staged) {
       // Every S of the previous item completed in block_max: the tile is free.
@@ -194,9 +204,11 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
       rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
       Mbarrier::wait(q_full, item_count & 1);
     }
+    if (phases) record_item_phase(p, item_count, 1);
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kSplitStages;
       Mbarrier::wait(full + stage, (block_count / kSplitStages) & 1);
+      if (phases && blk == it.blk_begin) record_item_phase(p, item_count, 2);
       if constexpr (Mode == KernelMode::kLoadOnly) {
         if (blk + 1 == it.blk_end && !p.q_staged) Mbarrier::arrive(q_empty);
         Mbarrier::arrive(p_full + stage);
@@ -211,6 +223,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
       Mbarrier::arrive(p_full + stage);
     }
     if (it.blk_end == it.blk_begin && !p.q_staged) Mbarrier::arrive(q_empty);  // (no block: Q unread)
+    if (phases) record_item_phase(p, item_count, 3);
     const int par = item_count & 1;
     Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
     publish_split_stats(rows, row_stats + par * 2 * kRowsPerCta, warp, lane);
@@ -266,6 +279,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
     const int par = item_count & 1;
     Mbarrier::wait(stats_full + par, (item_count >> 1) & 1);
     write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, kv_scale, bad, o);
+    if (kSplitItemPhases && pv == 0 && tid == 0 && p.item_timeline != nullptr) record_item_phase(p, item_count, 4);
     Mbarrier::arrive(stats_empty + par);
     ++item_count;
   }

@@ -31,24 +31,35 @@ __device__ __forceinline__ uint32_t q_tile_group_offset(int t, int k) {
   return kRopeBoxOffset + swizzled64(t, 8 * (k - 64));
 }
 
+// The two bf16 halves of a word as floats (exact): the low half shifted up, the high one
+// masked. (__bfloat1622float2 made ptxas move the high half down and back up again, 12
+// instructions per 8 values instead of 8; bench/NOTES.md v38.)
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
 // 8 bf16 (one 16-byte load) times inv, as 8 e4m3 bytes.
 __device__ __forceinline__ uint2 e4m3x8(uint4 v, float inv) {
-  const float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.y));
-  const float2 c = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.z));
-  const float2 d = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v.w));
-  return make_uint2(e4m3x4(a.x * inv, a.y * inv, b.x * inv, b.y * inv), e4m3x4(c.x * inv, c.y * inv, d.x * inv, d.y * inv));
+  return make_uint2(e4m3x4(bf16_lo(v.x) * inv, bf16_hi(v.x) * inv, bf16_lo(v.y) * inv, bf16_hi(v.y) * inv),
+                    e4m3x4(bf16_lo(v.z) * inv, bf16_hi(v.z) * inv, bf16_lo(v.w) * inv, bf16_hi(v.w) * inv));
+}
+
+// max(|a|, |b|) per bf16 half (the result's sign is the XOR of the signs: only its
+// magnitude is used); a NaN half yields the other operand's, as fmaxf would. One
+// instruction per two values; max is exact, so a row's scale is the float form's bit for bit.
+__device__ __forceinline__ uint32_t abs_max_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("max.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// The largest magnitude of packed bf16 maxima, as a float.
+__device__ __forceinline__ float bf16x2_magnitude(uint32_t m) {
+  m &= 0x7fff7fffu;
+  return fmaxf(bf16_lo(m), bf16_hi(m));
 }
 
 __device__ __forceinline__ float abs_max8(uint4 v) {
-  float m = 0.f;
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-    m = fmaxf(m, fmaxf(fabsf(f.x), fabsf(f.y)));
-  }
-  return m;
+  return bf16x2_magnitude(abs_max_bf16x2(abs_max_bf16x2(v.x, v.y), abs_max_bf16x2(v.z, v.w)));
 }
 
 // The consumers' (256 threads, warp gw = 4 wg + warp) quantisation of the item's Q tile

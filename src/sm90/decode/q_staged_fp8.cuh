@@ -23,12 +23,6 @@ constexpr int kStagedParts = kRowsPerCta / kStagingRows;  // stagings per item
 // A staged box: [32 rows][64 bf16 = 128 bytes], 128-byte swizzle (the map's), 1024-aligned.
 constexpr uint32_t kStagingBoxBytes = kStagingRows * 128;
 
-// The 16-byte group k (bf16 columns 8k..8k+7) of staged row r.
-__device__ __forceinline__ uint4 staged_group(const uint8_t* staging, int r, int k) {
-  const int box = k >> 3, chunk = k & 7;
-  return *reinterpret_cast<const uint4*>(staging + box * kStagingBoxBytes + r * 128 + (((chunk ^ r) & 7) << 4));
-}
-
 // The Q loader thread (threadIdx.x 32): both halves of every item's rows, the next item's
 // first half as soon as the softmax warpgroup released the buffer. Half h of an item is
 // rows 32 h..32 h + 31 of its tile (rows past the tensor read as zeros; rows of the next
@@ -63,31 +57,73 @@ __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps*
 }
 
 // The softmax warpgroup's (tid 0..127) quantisation of staged half h into the Q tile: four
-// threads a row (thread t: row t / 4, groups t % 4 + 4 i), the row's max |q| over the four
-// by two shuffles, then the groups re-read and converted. Rows >= valid (no query) become
-// zeros with scale 1, as in quantise_q_rows. Ends with this thread's reads of the buffer
-// done and its writes fenced to the async proxy (the caller releases the buffer, and syncs
-// the warpgroup before the wgmma reads the tile).
+// threads a row (thread t: row t / 4, groups k = t % 4 + 4 i), the row's max |q| over the
+// four by two shuffles, then the groups re-read and converted. Rows >= valid (no query)
+// become zeros with scale 1, as in quantise_q_rows. Ends with this thread's reads of the
+// buffer done and its writes fenced to the async proxy (the caller releases the buffer, and
+// syncs the warpgroup before the wgmma reads the tile).
+// Why this shape (bench/NOTES.md v38): ncu put the old loop at ~1,550 instructions per warp
+// and half, issue-bound (its samples mostly "selected") while the P V warpgroups share the
+// SM sub-partitions, 2-2.8 us of each staged half. Here every address is one of six bases
+// plus an immediate (k's box and chunk follow from i at compile time, given part < 4), the
+// maxima are packed bf16 (one instruction per two values; max is exact, so the scale is
+// the fmaxf form's bit for bit), and a row without a query skips its loads.
 template <int QkBoxes>
 __device__ __forceinline__ void quantise_staged_half(const uint8_t* staging, uint8_t* q_tile, float* q_scales, int h,
                                                      int valid, int tid) {
-  constexpr int kGroups = QkBoxes * 8;  // 72 (d_qk 576) or 64
   constexpr int kPerRow = 128 / kStagingRows;  // threads a row
-  const int r = int(unsigned(tid) / kPerRow), part = int(unsigned(tid) % kPerRow);
+  static_assert(kPerRow == 4, "the address forms below assume four threads a row");
+  constexpr int kLatentIters = 16;             // groups 0..63: the four 128-byte latent boxes
+  constexpr int kIters = QkBoxes * 8 / kPerRow;  // 18 (d_qk 576: groups 64..71 the rope box) or 16
+  constexpr int kBatch = kIters % 6 == 0 ? 6 : 8;  // 24 or 32 registers of loads in flight
+  const int r = tid >> 2, part = tid & 3;
   const int t = kStagingRows * h + r;
   const bool real = t < valid;
+  // Staged group k = part + 4 i: box i / 2, chunk (part + 4 (i % 2)) ^ r (128-byte swizzle).
+  const uint8_t* src[2] = {staging + r * 128 + (((part ^ r) & 7) << 4),
+                           staging + r * 128 + ((((part + 4) ^ r) & 7) << 4)};
+  // Its latent tile offset: box i / 4, 16-byte chunk (2 (i % 4) + part / 2) ^ t, byte (part % 2) * 8.
+  uint8_t* dst[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    dst[c] = q_tile + t * kLatentBoxRowBytes + (((2 * c + (part >> 1)) ^ t) & 7) * 16 + (part & 1) * 8;
+  }
+  auto staged = [&](int i) { return *reinterpret_cast<const uint4*>(src[i % 2] + (i / 2) * kStagingBoxBytes); };
+  auto tile_group = [&](int i) {
+    return i < kLatentIters ? dst[i % 4] + (i / 4) * kLatentBoxBytes
+                            : q_tile + kRopeBoxOffset + swizzled64(t, 8 * (part + 4 * (i - kLatentIters)));
+  };
   float amax = 0.f;
-#pragma unroll 6
-  for (int k = part; k < kGroups; k += kPerRow) amax = fmaxf(amax, abs_max8(staged_group(staging, r, k)));
+  if (real) {
+    uint32_t m[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const uint4 v = staged(i);
+      m[0] = abs_max_bf16x2(m[0], v.x);
+      m[1] = abs_max_bf16x2(m[1], v.y);
+      m[2] = abs_max_bf16x2(m[2], v.z);
+      m[3] = abs_max_bf16x2(m[3], v.w);
+    }
+    amax = bf16x2_magnitude(abs_max_bf16x2(abs_max_bf16x2(m[0], m[1]), abs_max_bf16x2(m[2], m[3])));
+  }
 #pragma unroll
   for (int off = 1; off < kPerRow; off *= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  if (!real) amax = 0.f;
   const float scale = amax > 0.f ? amax / kE4m3Max : 1.f;
   const float inv = 1.f / scale;
-#pragma unroll 6
-  for (int k = part; k < kGroups; k += kPerRow) {
-    const uint4 v = real ? staged_group(staging, r, k) : make_uint4(0, 0, 0, 0);
-    *reinterpret_cast<uint2*>(q_tile + q_tile_group_offset<kLatentBoxBytes>(t, k)) = e4m3x8(v, inv);
+  if (real) {
+    // Batches of loads, then their stores: the compiler cannot tell the staging buffer from
+    // the tile, so one load per store kept each load behind the store before it (v37).
+#pragma unroll
+    for (int i0 = 0; i0 < kIters; i0 += kBatch) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) v[j] = staged(i0 + j);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) *reinterpret_cast<uint2*>(tile_group(i0 + j)) = e4m3x8(v[j], inv);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) *reinterpret_cast<uint2*>(tile_group(i)) = make_uint2(0u, 0u);
   }
   if (part == 0) q_scales[t] = scale;
   fence_view_async_shared();  // wgmma reads the tile through the async proxy
