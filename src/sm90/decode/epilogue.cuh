@@ -47,6 +47,18 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
 // statistics come from shared memory, (max, partial sum) of each consumer (stats[n] and
 // stats[64 + n]; the maxima agree, the sums add). kv_scale folds the cache's
 // dequantisation into 1 / l. kAcc: 32 (64 output rows per tile) or 8 (the first 16).
+// Why this shape (bench/NOTES.md v38): it is straight-line code run once per item by the P
+// V warpgroups, and its length is the item's tail: the form with an IEEE division per row
+// (a slow-path call each), the output / partial choice and the row bound tested per row was
+// ~2,240 instructions per warp, 4-5 us from the last P to the written output. A row's sum is
+// at least 1 (its maximum's own term) when it is not empty, so the approximate reciprocal
+// (rcp.approx, 1 ulp) is far below bf16's rounding; the destination is chosen once per item.
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int kAcc>
 __device__ __forceinline__ void write_item_output_transposed(const DecodeParams& p, const Item& it, int wg, int warp,
                                                              int lane, const float2* stats, float kv_scale, bool bad,
@@ -54,38 +66,55 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   const float neg_inf = -__int_as_float(0x7f800000);
   const int dim0 = wg * 256 + 16 * warp + 2 * (lane / 4);
   const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
-  const OutputView& v = p.output;
-  // A split's rows go to its slot's bf16 partial rows: 512 apart from the item's first.
-  // (Only split items, it.slot >= 0, store through it. Forming it per row, or clamping the
-  // slot, changed the SASS of 1 / 11 fp8 kernels, the 2-CTA one with 24 more bytes of
-  // spills, bench/NOTES.md v36; this form is the measured one.)
-  __nv_bfloat16* const partial_rows =
-      static_cast<__nv_bfloat16*>(p.partial_o) + (int64_t{it.slot} * p.rows + it.row_begin) * 512 + dim0;
+  const int valid_rows = p.rows - it.row_begin;  // the tile's rows n < valid_rows exist
+  // Row n's 1 / l (times kv_scale) and log2 LSE; an empty row (no visible key, or an item
+  // that met an invalid page) gets O = 0 and LSE = -inf.
+  auto row_factors = [&](int n, float& inv, float& lse_log2) {
+    const float row_max = stats[n].x, row_sum = stats[n].y + stats[kRowsPerCta + n].y;
+    const bool empty = bad || !(row_sum > 0.f);
+    inv = empty ? 0.f : kv_scale * rcp_approx(row_sum);
+    lse_log2 = empty ? neg_inf : row_max + __log2f(row_sum);
+  };
+  auto store_row = [&](__nv_bfloat16* out, int i, int e, float inv) {
 #pragma unroll
-  for (int i = 0; i < kAcc / 4; ++i) {
+    for (int b = 0; b < 4; ++b) {
+      *reinterpret_cast<__nv_bfloat162*>(out + 64 * b) =
+          __floats2bfloat162_rn(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
+    }
+  };
+  if (it.slot < 0) {
+    const OutputView& v = p.output;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int n = 8 * i + 2 * (lane % 4) + e;
-      const int row = it.row_begin + n;
-      if (row >= p.rows) continue;
-      const float row_max = stats[n].x, row_sum = stats[n].y + stats[kRowsPerCta + n].y;
-      const bool empty = bad || !(row_sum > 0.f);
-      const float inv = empty ? 0.f : kv_scale / row_sum;
-      const float lse_log2 = empty ? neg_inf : row_max + __log2f(row_sum);
-      __nv_bfloat16* out = it.slot < 0 ? static_cast<__nv_bfloat16*>(v.out) +
-                                             row_offset(v.out_strides, it.batch, row, v.heads) + dim0
-                                       : partial_rows + n * 512;
+    for (int i = 0; i < kAcc / 4; ++i) {
 #pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        *reinterpret_cast<__nv_bfloat162*>(out + 64 * b) =
-            __floats2bfloat162_rn(o[b][4 * i + e] * inv, o[b][4 * i + 2 + e] * inv);
+      for (int e = 0; e < 2; ++e) {
+        const int n = 8 * i + 2 * (lane % 4) + e;
+        if (n >= valid_rows) continue;
+        const int row = it.row_begin + n;
+        float inv, lse_log2;
+        row_factors(n, inv, lse_log2);
+        store_row(static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + dim0, i, e,
+                  inv);
+        if (lse_writer) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
       }
-      if (lse_writer) {
-        if (it.slot < 0) {
-          v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
-        } else {
-          p.partial_lse[int64_t{it.slot} * p.rows + row] = lse_log2;
-        }
+    }
+  } else {
+    // A split's rows go to its slot's bf16 partial rows, 512 apart, and its LSEs beside them.
+    // (Forming the partial row address per row, or clamping the slot, changed the SASS of
+    // 1 / 11 fp8 kernels, the 2-CTA one with 24 more bytes of spills, bench/NOTES.md v36.)
+    __nv_bfloat16* const partial_rows =
+        static_cast<__nv_bfloat16*>(p.partial_o) + (int64_t{it.slot} * p.rows + it.row_begin) * 512 + dim0;
+    float* const partial_lse = p.partial_lse + int64_t{it.slot} * p.rows + it.row_begin;
+#pragma unroll
+    for (int i = 0; i < kAcc / 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int n = 8 * i + 2 * (lane % 4) + e;
+        if (n >= valid_rows) continue;
+        float inv, lse_log2;
+        row_factors(n, inv, lse_log2);
+        store_row(partial_rows + n * 512, i, e, inv);
+        if (lse_writer) partial_lse[n] = lse_log2;
       }
     }
   }
