@@ -67,13 +67,21 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   const int dim0 = wg * 256 + 16 * warp + 2 * (lane / 4);
   const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
   const int valid_rows = p.rows - it.row_begin;  // the tile's rows n < valid_rows exist
-  // Row n's 1 / l (times kv_scale) and log2 LSE; an empty row (no visible key, or an item
-  // that met an invalid page) gets O = 0 and LSE = -inf.
-  auto row_factors = [&](int n, float& inv, float& lse_log2) {
-    const float row_max = stats[n].x, row_sum = stats[n].y + stats[kRowsPerCta + n].y;
-    const bool empty = bad || !(row_sum > 0.f);
-    inv = empty ? 0.f : kv_scale * rcp_approx(row_sum);
-    lse_log2 = empty ? neg_inf : row_max + __log2f(row_sum);
+  // Calls write(n, inv, lse_log2, i, e) for each of the lane's rows n that exist, with row
+  // n's 1 / l (times kv_scale) and log2 LSE; an empty row (no visible key, or an item that
+  // met an invalid page) gets O = 0 and LSE = -inf.
+  auto for_each_row = [&](auto&& write) {
+#pragma unroll
+    for (int i = 0; i < kAcc / 4; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int n = 8 * i + 2 * (lane % 4) + e;
+        if (n >= valid_rows) continue;
+        const float row_max = stats[n].x, row_sum = stats[n].y + stats[kRowsPerCta + n].y;
+        const bool empty = bad || !(row_sum > 0.f);
+        write(n, empty ? 0.f : kv_scale * rcp_approx(row_sum), empty ? neg_inf : row_max + __log2f(row_sum), i, e);
+      }
+    }
   };
   auto store_row = [&](__nv_bfloat16* out, int i, int e, float inv) {
 #pragma unroll
@@ -84,20 +92,12 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   };
   if (it.slot < 0) {
     const OutputView& v = p.output;
-#pragma unroll
-    for (int i = 0; i < kAcc / 4; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int n = 8 * i + 2 * (lane % 4) + e;
-        if (n >= valid_rows) continue;
-        const int row = it.row_begin + n;
-        float inv, lse_log2;
-        row_factors(n, inv, lse_log2);
-        store_row(static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + dim0, i, e,
-                  inv);
-        if (lse_writer) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
-      }
-    }
+    for_each_row([&](int n, float inv, float lse_log2, int i, int e) {
+      const int row = it.row_begin + n;
+      store_row(static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + dim0, i, e,
+                inv);
+      if (lse_writer) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
+    });
   } else {
     // A split's rows go to its slot's bf16 partial rows, 512 apart, and its LSEs beside them.
     // (Forming the partial row address per row, or clamping the slot, changed the SASS of
@@ -105,18 +105,10 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
     __nv_bfloat16* const partial_rows =
         static_cast<__nv_bfloat16*>(p.partial_o) + (int64_t{it.slot} * p.rows + it.row_begin) * 512 + dim0;
     float* const partial_lse = p.partial_lse + int64_t{it.slot} * p.rows + it.row_begin;
-#pragma unroll
-    for (int i = 0; i < kAcc / 4; ++i) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int n = 8 * i + 2 * (lane % 4) + e;
-        if (n >= valid_rows) continue;
-        float inv, lse_log2;
-        row_factors(n, inv, lse_log2);
-        store_row(partial_rows + n * 512, i, e, inv);
-        if (lse_writer) partial_lse[n] = lse_log2;
-      }
-    }
+    for_each_row([&](int n, float inv, float lse_log2, int i, int e) {
+      store_row(partial_rows + n * 512, i, e, inv);
+      if (lse_writer) partial_lse[n] = lse_log2;
+    });
   }
 }
 
