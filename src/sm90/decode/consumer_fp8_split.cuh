@@ -27,11 +27,12 @@ constexpr int kSplitThreads = 512;
 // Per-item phase timestamps (DecodeArgs::item_timeline, shown by kbmla bench --balance) in
 // probe builds only (bench/build_variant.sh NAME -DKBMLA_SPLIT_ITEM_PHASES=1 ...): in the
 // wide consumers the timestamps moved ptxas's spills (consumer_fp8.cuh), so the shipped
-// kernel carries none.
+// kernel carries none. With =2 the end of the blocks is the P V warpgroups' last block
+// instead of the softmax warpgroup's last P (the difference is how far P V lags).
 #ifndef KBMLA_SPLIT_ITEM_PHASES
 #define KBMLA_SPLIT_ITEM_PHASES 0
 #endif
-constexpr bool kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
+constexpr int kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
 // Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
 // the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
 constexpr int kSplitStages = 4;
@@ -188,7 +189,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    const bool phases = kSplitItemPhases && p.item_timeline != nullptr && tid == 0;
+    const bool phases = kSplitItemPhases != 0 && p.item_timeline != nullptr && tid == 0;
     if (phases) record_item_phase(p, item_count, 0);
     // (p is in the constant bank: testing p.q_staged costs no register.)
     if (p.q_staged) {
@@ -223,7 +224,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
       Mbarrier::arrive(p_full + stage);
     }
     if (it.blk_end == it.blk_begin && !p.q_staged) Mbarrier::arrive(q_empty);  // (no block: Q unread)
-    if (phases) record_item_phase(p, item_count, 3);
+    if (phases && kSplitItemPhases == 1) record_item_phase(p, item_count, 3);
     const int par = item_count & 1;
     Mbarrier::wait(stats_empty + par, ((item_count >> 1) & 1) ^ 1);
     publish_split_stats(rows, row_stats + par * 2 * kRowsPerCta, warp, lane);
@@ -276,10 +277,12 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       pv_block<0>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
       release_stage(empty + stage, lane, 1);
     }
+    const bool phases = kSplitItemPhases != 0 && pv == 0 && tid == 0 && p.item_timeline != nullptr;
+    if (phases && kSplitItemPhases == 2) record_item_phase(p, item_count, 3);
     const int par = item_count & 1;
     Mbarrier::wait(stats_full + par, (item_count >> 1) & 1);
     write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, kv_scale, bad, o);
-    if (kSplitItemPhases && pv == 0 && tid == 0 && p.item_timeline != nullptr) record_item_phase(p, item_count, 4);
+    if (phases) record_item_phase(p, item_count, 4);
     Mbarrier::arrive(stats_empty + par);
     ++item_count;
   }
