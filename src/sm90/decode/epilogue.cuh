@@ -50,9 +50,10 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
 // Why this shape (bench/NOTES.md v38): it is straight-line code run once per item by the P
 // V warpgroups, and its length is the item's tail: the form with an IEEE division per row
 // (a slow-path call each), the output / partial choice and the row bound tested per row was
-// ~2,240 instructions per warp, 4-5 us from the last P to the written output. A row's sum is
-// at least 1 (its maximum's own term) when it is not empty, so the approximate reciprocal
-// (rcp.approx, 1 ulp) is far below bf16's rounding; the destination is chosen once per item.
+// ~2,240 instructions per warp, 4-5 us from the last P to the written output. The
+// approximate reciprocal (rcp.approx, within 1 ulp over the whole float range: ptxas scales
+// subnormal and huge sums around it) is far below bf16's rounding of the result; the
+// destination is chosen once per item.
 __device__ __forceinline__ float rcp_approx(float x) {
   float y;
   asm("rcp.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
