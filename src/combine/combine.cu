@@ -83,15 +83,19 @@ __device__ __forceinline__ float4 load4(const __nv_bfloat16* at) {
   return widen_bf16x4(__ldg(reinterpret_cast<const uint2*>(at)));
 }
 
+// Partial O loads widened to float4 as they are loaded.
+template <class Partial>
+struct WidenedLoads {
+  using Raw = float4;
+  __device__ __forceinline__ static Raw load(const Partial* at) { return load4(at); }
+  __device__ __forceinline__ static float4 values(const Raw& r) { return r; }
+};
+
 // A narrow merge's loads as they arrive: fp32 partials as float4; bf16 ones as 8-byte words,
 // widened at the multiply (16 registers for a batch instead of 32: the narrow-only kernel
 // fits 64 registers, four blocks per SM).
 template <class Partial>
-struct NarrowLoads {
-  using Raw = float4;
-  __device__ __forceinline__ static Raw load(const float* at) { return load4(at); }
-  __device__ __forceinline__ static float4 values(const Raw& r) { return r; }
-};
+struct NarrowLoads : WidenedLoads<Partial> {};
 template <>
 struct NarrowLoads<__nv_bfloat16> {
   using Raw = uint2;
@@ -116,12 +120,7 @@ constexpr int kLoadBatch = 8;
 // kernels), else widened as loaded.
 template <class Partial, bool kRaw = false>
 struct SplitWalk {
-  struct Widened {
-    using Raw = float4;
-    __device__ __forceinline__ static Raw load(const Partial* at) { return load4(at); }
-    __device__ __forceinline__ static float4 values(const Raw& r) { return r; }
-  };
-  using L = std::conditional_t<kRaw, NarrowLoads<Partial>, Widened>;
+  using L = std::conditional_t<kRaw, NarrowLoads<Partial>, WidenedLoads<Partial>>;
   const Partial* base;
   int64_t stride;
   int first, step, ns;

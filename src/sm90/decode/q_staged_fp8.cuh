@@ -62,10 +62,10 @@ __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps*
 // become zeros with scale 1, as in quantise_q_rows. Ends with this thread's reads of the
 // buffer done and its writes fenced to the async proxy (the caller releases the buffer, and
 // syncs the warpgroup before the wgmma reads the tile).
-// Why this shape (bench/NOTES.md v38): ncu put the old loop at ~1,550 instructions per warp
-// and half, issue-bound (its samples mostly "selected") while the P V warpgroups share the
-// SM sub-partitions, 2-2.8 us of each staged half. Here every latent address is one of
-// six bases plus an immediate (k's box and chunk follow from i at compile time, given
+// Why this shape (bench/NOTES.md v38): ncu put the old code's region at ~1,550 executed
+// instructions per warp and half, issue-bound (its samples mostly "selected") while the P V
+// warpgroups share the SM sub-partitions, 2-2.8 us of each staged half. Here every latent
+// address is one of six bases plus an immediate (k's box and chunk follow from i at compile time, given
 // part < 4), the maxima are packed bf16 (one instruction per two values; max is exact, so
 // the scale is the fmaxf form's bit for bit), and a row without a query skips its loads.
 template <int QkBoxes>
