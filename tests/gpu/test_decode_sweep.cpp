@@ -91,6 +91,9 @@ std::vector<GpuCase> sweep_cases() {
     c.d_qk = 512;
     paged(2, c);
   }
+  // The row gather's loader warps taking blocks in turn (two for bf16) inside 2-CTA
+  // clusters, with items of odd block counts so that the turn crosses items.
+  paged(4, {128, 1, {64 * 7 + 1, 65, 1, 700}, Policy::kWorkList, 0, 0, true, seed++});
   // fp8 e4m3 cache (issue 5): the kernel with fp8 wgmma (V^T from ldmatrix.trans), every policy,
   // 2-CTA clusters, q_len up to 16, d_qk 512, page sizes, splits and seqlen tails.
   auto fp8 = [&](GpuCase c) {
@@ -131,6 +134,12 @@ std::vector<GpuCase> sweep_cases() {
     c.page_size = 1;
     fp8(c);
   }
+  {
+    // Three gather warps in turn, 2-CTA clusters of 48 rows, items of odd block counts.
+    GpuCase c{96, 1, {64 * 7 + 1, 65, 1, 700}, Policy::kWorkList, 0, 0, true, seed++};
+    c.page_size = 1;
+    fp8(c);
+  }
   // 17..64-row tiles with padding rows: Kimi's 12 heads x q_len 4 (48 rows), 25 rows under
   // a 5-CTA budget, 40 rows static non-causal.
   fp8({12, 4, {3000, 64, 5}, Policy::kWorkList, 0, 0, true, seed++});
@@ -164,6 +173,12 @@ std::vector<GpuCase> sweep_cases() {
   {
     GpuCase c{2, 8, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
     c.page_size = 1;
+    fp8_block(c);
+  }
+  {
+    // Two gather warps in turn (the third producer warp is the scale helper), 2-CTA clusters.
+    GpuCase c{128, 1, {64 * 7 + 1, 65, 1, 700}, Policy::kWorkList, 0, 0, true, seed++};
+    c.page_size = 2;
     fp8_block(c);
   }
   {

@@ -159,8 +159,9 @@ __device__ __forceinline__ void load_group_scales(const float* scales, int g, in
 // kernel's consumers, which hold O, lack the 16 registers): each group's scales are loaded
 // right after its wgmma issue. Loaded after the wait (its memory clobber keeps them there),
 // the fold's first FFMA waited for them behind the stage's wgmma and TMA traffic (ncu,
-// lognormal_H16_Sq4: ~20 % of the split softmax warpgroup's samples, v33).
-template <bool kScalesAhead = false>
+// lognormal_H16_Sq4: ~20 % of the split softmax warpgroup's samples, v33). kSGroups < 4:
+// probe builds only (the first groups' products; wrong S).
+template <bool kScalesAhead = false, int kSGroups = kGroups>
 __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, const float* scales, int col_pair,
                                           float inv_qs0, float inv_qs1, float (&s)[32]) {
   constexpr uint32_t kQBox = SmemLayoutT<false>::kQLatentBoxBytes;
@@ -180,7 +181,7 @@ __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, 
     s[4 * i + 3] *= inv_qs1;
   }
 #pragma unroll
-  for (int g = 0; g < kGroups; ++g) {
+  for (int g = 0; g < kSGroups; ++g) {
     wgmma_wait<0>();
     sm90::fence_accumulators(t);
     if constexpr (!kScalesAhead) load_group_scales(scales, g, col_pair, sc);
@@ -191,7 +192,7 @@ __device__ __forceinline__ void compute_s(uint32_t q_addr, uint32_t stage_addr, 
       s[4 * i + 2] = fmaf(t[4 * i + 2], sc[i].x, s[4 * i + 2]);
       s[4 * i + 3] = fmaf(t[4 * i + 3], sc[i].y, s[4 * i + 3]);
     }
-    if (g + 1 < kGroups) {
+    if (g + 1 < kSGroups) {
       sm90::fence_accumulators(t);
       issue_s_group<kQBox>(q_desc, k_desc, g + 1, t);
       if constexpr (kScalesAhead) load_group_scales(scales, g + 1, col_pair, sc);

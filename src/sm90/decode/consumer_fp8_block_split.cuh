@@ -31,6 +31,16 @@ static_assert(kBlockSplitProducerRegs + kBlockSplitSoftmaxRegs + 2 * kBlockSplit
 // kBarFp8OwnerP, unused here).
 constexpr uint32_t kBarBlockSplitPvTiles = 8;
 
+// Probe builds only (bench/build_variant.sh NAME -DKBMLA_BLOCK_SPLIT_SPIKE=N
+// kernel_fp8_block_split.cu; wrong outputs, timing only): bit 1, the P V warpgroups skip
+// their P tiles; bit 2, S has group 0's product only; bit 4, P V skips its V^T loads and
+// wgmma. Which role's work sets the pace (bench/NOTES.md v39: each shortens the call, so
+// no single role does). 0, the shipped kernel (its SASS unchanged).
+#ifndef KBMLA_BLOCK_SPLIT_SPIKE
+#define KBMLA_BLOCK_SPLIT_SPIKE 0
+#endif
+constexpr int kBlockSplitSpike = KBMLA_BLOCK_SPLIT_SPIKE;
+
 struct BlockSplitLayout : SmemLayoutT<false> {
   using Base = SmemLayoutT<false>;
   // Per-stage row factors over the hand-over slots' row_scale and row_max (both unused).
@@ -138,7 +148,8 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
       const float* scales =
           reinterpret_cast<const float*>(smem + L::kv + stage * kStageBytes + kQkBoxes * fp8::kBoxBytes);
       // S (waited for: Q and K read), masked, and its raw row maxima.
-      compute_s<true>(q_addr, stage_addr, scales, rows.col_pair, rows.inv_qs0, rows.inv_qs1, rows.s);
+      compute_s<true, (kBlockSplitSpike & 2) ? 1 : kGroups>(q_addr, stage_addr, scales, rows.col_pair, rows.inv_qs0,
+                                                            rows.inv_qs1, rows.s);
       mask_invisible_keys(rows.s, blk, rows.col_pair, rows.vis0, rows.vis1, rows.mask_from);
       block_row_max(rows.s, rows.mx0, rows.mx1);
       if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
@@ -202,12 +213,16 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
       rescale_groups(pv, o, factors, stage);
       if (blk + 1 == it.blk_end) group_max = own_groups(pv, factors[3 * stage]);
       // This warpgroup's tiles: its wgmma of the previous block completed (waited for).
-      scale_p_tiles(pv, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes,
-                    reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32, tiles, tid);
+      if constexpr ((kBlockSplitSpike & 1) == 0) {
+        scale_p_tiles(pv, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes,
+                      reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32, tiles, tid);
+      }
       fence_view_async_shared();  // for the wgmma (async proxy)
       named_sync(kBarBlockSplitPvTiles + pv, 128);
       // M blocks 0, 1: group 2 pv's P tile; 2, 3: group 2 pv + 1's, L::kPBytes on.
-      fp8::pv_block<L::kPBytes>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
+      if constexpr ((kBlockSplitSpike & 4) == 0) {
+        fp8::pv_block<L::kPBytes>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
+      }
       release_stage(empty + stage, lane, 1);
     }
     const int par = item_count & 1;

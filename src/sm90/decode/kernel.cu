@@ -39,9 +39,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kTwoLoaders && (threadIdx.x < 32 || threadIdx.x / 32 == PagedKvLoader<QkBoxes>::kHelperWarp)) {
       PagedKvLoader<QkBoxes> kv{&kv_map, p};
       run_kv_loader<Mode, QkBoxes, kGatherRows, Bf16Smem, true>(p, kv, smem, threadIdx.x < 32 ? 0 : 1);
-    } else if (!kTwoLoaders && threadIdx.x < 32) {
+    } else if (!kTwoLoaders && (threadIdx.x < 32 || (kGatherRows && threadIdx.x / 32 == PagedKvLoader<QkBoxes>::kHelperWarp))) {
+      // The row gather: warps 0 and 3 take the blocks in turn (producer.cuh, kGatherWarps),
+      // one per stage.
       PagedKvLoader<QkBoxes> kv{&kv_map, p};
-      run_kv_loader<Mode, QkBoxes, kGatherRows>(p, kv, smem);
+      run_kv_loader<Mode, QkBoxes, kGatherRows, Bf16Smem, false, kGatherRows ? 2 : 1>(p, kv, smem,
+                                                                                     threadIdx.x < 32 ? 0 : 1);
     } else if (threadIdx.x == 32) {  // Q loader: one thread of warp 1
       run_q_loader<QkBoxes>(p, &q_maps, smem);
     }

@@ -59,11 +59,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       // One call site for both loader warps (two inlined copies spilled in the producer).
       PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
       run_kv_loader<kMode, QkBoxes, false, Fp8Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
-    } else if (!kTwoLoaders && warp == 0) {
+    } else if (!kTwoLoaders && (warp == 0 || (p.gather_rows && warp >= 2))) {
       PagedKvLoader<QkBoxes, Fp8Smem> kv{&kv_maps, p};
-      // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows).
+      // Pages below 8 tokens are gathered with cp.async (decode_api.cpp, gather_rows), by
+      // warps 0, 2 and 3 in turn (producer.cuh, kGatherWarps).
       if (p.gather_rows) {
-        run_kv_loader<kMode, QkBoxes, true, Fp8Smem>(p, kv, smem);
+        run_kv_loader<kMode, QkBoxes, true, Fp8Smem, false, 3>(p, kv, smem, warp == 0 ? 0 : warp - 1);
       } else {
         run_kv_loader<kMode, QkBoxes, false, Fp8Smem>(p, kv, smem);
       }

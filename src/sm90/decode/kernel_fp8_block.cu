@@ -46,10 +46,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       // One call site for both loader warps (kernel_fp8.cu).
       PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
       run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem, true>(p, kv, smem, warp == 0 ? 0 : 1);
-    } else if (!kTwoLoaders && warp == 0) {
+    } else if (!kTwoLoaders && (warp == 0 || (p.gather_rows && warp == 3))) {
       PagedKvLoader<kQkBoxes, Smem> kv{&kv_maps, p};
+      // The row gather: warps 0 and 3 in turn (warp 2 is the scale helper; producer.cuh,
+      // kGatherWarps).
       if (p.gather_rows) {
-        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem>(p, kv, smem);
+        run_kv_loader<KernelMode::kFull, kQkBoxes, true, Smem, false, 2>(p, kv, smem, warp == 0 ? 0 : 1);
       } else {
         run_kv_loader<KernelMode::kFull, kQkBoxes, false, Smem>(p, kv, smem);
       }

@@ -395,9 +395,20 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
 // consumers on half the blocks (ncu, lognormal_H16_Sq1 page 16: the warp found the stage
 // already empty for 9,053 of 17,992 blocks, 6,355 at page 64's 32-token parts; the
 // consumers' long-scoreboard samples doubled). Measured: bench/NOTES.md v31.
-template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem, bool kTwoLoaders = false>
+// kGatherWarps (the row gather, kGatherRows): this warp gathers the blocks b with
+// b % kGatherWarps == role, each block whole, waited for, fenced and arrived on by its
+// warp alone (the full barrier counts one arrival). Why: a warp's gather waits for its
+// block's rows before it arrives (cp.async.wait_all, then the proxy fence a wgmma reader
+// needs), so one warp kept one block in flight per CTA: ~4.8 us a block of 64 random
+// rows at page 1, whatever their bytes (bench/NOTES.md v21, v39). The warp of block b
+// waits for b's stage to be released (block b - kStages), as the one warp did, but no
+// longer for block b - 1 to land first: fewer waits, none new, so no wait cycle.
+template <KernelMode Mode, int QkBoxes, bool kGatherRows, class Smem = Bf16Smem, bool kTwoLoaders = false,
+          int kGatherWarps = 1>
 __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const PagedKvLoader<QkBoxes, Smem>& kv,
                                               uint8_t* smem, int role = 0) {
+  static_assert(kGatherWarps == 1 || (kGatherRows && !kTwoLoaders), "gather warps split a gathering loader");
+  static_assert(kGatherWarps <= Smem::kStages, "more gather warps than stages would only wait");
   using Layout = typename Smem::Layout;
   constexpr int kStages = Smem::kStages;
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + Layout::barriers);
@@ -416,6 +427,9 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
     errors |= it.errors;
     if (!it.run) return;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
+      if constexpr (kGatherWarps > 1) {
+        if (block_count % kGatherWarps != role) continue;  // another gather warp's block
+      }
       if constexpr (requires { Smem::kQGateBlocks; }) {
         // A kernel whose Q is staged in parts (Fp8SplitSmem) holds back the item's later
         // blocks until its last Q part is issued, so that part is not queued behind them.
