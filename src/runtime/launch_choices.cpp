@@ -51,8 +51,8 @@ bool gathers_rows(const DecodeConfig& c) {
 namespace {
 // Whether a per-tensor fp8 call of this plan runs the split-role kernel (kernel.hpp,
 // fp8_split_roles), from the DecodeParams fields that predicate reads, set as
-// decode_with_mode sets them for tiles of 17..64 rows (parts of min(page, 64) tokens, the
-// row gather below 8-token pages).
+// decode_with_mode sets them for requests of more than 16 rows (parts of min(page, 64)
+// tokens, the row gather below 8-token pages, the plan's cluster size).
 bool per_tensor_split_kernel(const DevicePlan::Impl& P) {
   const DecodeConfig& c = P.config;
   sm90::DecodeParams p{};

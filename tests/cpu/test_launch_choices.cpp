@@ -108,7 +108,7 @@ TEST(LaunchChoices, SplitRoleKernelStagesItsQ) {
   EXPECT_TRUE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {32, 512})));
   EXPECT_TRUE(stages(host_plan(16, 4, many, 3, Policy::kStatic, 4)));
   EXPECT_FALSE(stages(host_plan(16, 1, many, 3)));                                     // 16 rows
-  EXPECT_FALSE(stages(host_plan(32, 4, {4096}, 132)));                                 // 2-CTA clusters
+  EXPECT_TRUE(stages(host_plan(32, 4, {4096}, 132)));  // 2-CTA clusters of 64 rows a CTA (v39)
   EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {4, 576})));   // row gather
   EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {16, 512})));  // d_qk 512, two loaders
   EXPECT_FALSE(stages(host_plan(16, 4, many, 3, Policy::kWorkList, 1, {64, 576, KvDtype::kFp8E4m3PerBlock})));
@@ -290,8 +290,9 @@ TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMoreParts) {
   EXPECT_FALSE(sm90::two_loader_warps(p, 5));
 }
 
-// The split-role kernel (kernel.hpp, fp8_split_roles; bench/NOTES.md v32): per-tensor fp8
-// requests of 17..64 rows, one CTA per tile, pages loaded by TMA (8+ tokens).
+// The split-role kernel (kernel.hpp, fp8_split_roles; bench/NOTES.md v32, v39): per-tensor
+// fp8 requests of 17..64 rows in one CTA or of more rows in 2-CTA clusters, pages loaded by
+// TMA (8+ tokens).
 TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
   auto params = [](int rows, int d_qk, int cluster_size, int page_log2) {
     sm90::DecodeParams p{};
@@ -309,7 +310,9 @@ TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
   EXPECT_FALSE(sm90::fp8_split_roles(params(65, 576, 1, 8)));  // two tiles: tensor-bound
   EXPECT_FALSE(sm90::fp8_split_roles(params(16, 576, 1, 6)));  // narrow
   EXPECT_TRUE(sm90::fp8_split_roles(params(64, 512, 1, 6)));
-  EXPECT_FALSE(sm90::fp8_split_roles(params(128, 576, 2, 6))); // 2-CTA cluster
+  EXPECT_TRUE(sm90::fp8_split_roles(params(128, 576, 2, 6)));  // 2-CTA cluster, 64 rows a CTA
+  EXPECT_TRUE(sm90::fp8_split_roles(params(96, 512, 2, 6)));
+  EXPECT_FALSE(sm90::fp8_split_roles(params(128, 576, 2, 0)));  // a cluster's row gather
   EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 4)));   // two loader warps
   EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 3)));
   EXPECT_FALSE(sm90::fp8_split_roles(params(64, 512, 1, 4)));  // (no d_qk 512 two-loader kernel)
@@ -317,8 +320,8 @@ TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
 }
 
 // The per-block split-role kernel (kernel.hpp, fp8_block_split_roles): per-block requests
-// of 17..64 rows, one CTA per tile, pages of 8+ tokens by TMA (8 and 16 with two loader
-// warps); the row gather keeps the alternating kernel.
+// of 17..64 rows in one CTA or of more rows in 2-CTA clusters, pages of 8+ tokens by TMA
+// (8 and 16 with two loader warps); the row gather keeps the alternating kernel.
 TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
   auto params = [](int rows, int cluster_size, int page_log2) {
     sm90::DecodeParams p{};
@@ -335,7 +338,9 @@ TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(48, 1, 8)));
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(16, 1, 6)));   // narrow
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(65, 1, 6)));   // several tiles
-  EXPECT_FALSE(sm90::fp8_block_split_roles(params(128, 2, 6)));  // 2-CTA cluster
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(128, 2, 6)));   // 2-CTA cluster, 64 rows a CTA
+  EXPECT_TRUE(sm90::fp8_block_split_roles(params(96, 2, 8)));
+  EXPECT_FALSE(sm90::fp8_block_split_roles(params(96, 2, 0)));   // a cluster's row gather
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 4)));    // two loader warps
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 3)));
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(64, 1, 0)));   // row gather

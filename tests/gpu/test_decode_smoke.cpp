@@ -201,14 +201,22 @@ std::vector<GpuCase> split_role_cases() {
   big_pages.page_size = 128;
   GpuCase few_ctas{8, 4, {900, 33, 1500}};
   few_ctas.num_ctas = 3;
-  return {many, paged, big_pages, few_ctas};
+  // 2-CTA clusters (more than 64 rows, the KV multicast; v39): 96 rows (the second CTA
+  // half padding), 256 rows in two cluster tiles with the causal tail, several items per
+  // cluster under a small budget.
+  GpuCase cluster_96{96, 1, {700, 65, 1, 3000}};
+  GpuCase cluster_tiles{64, 4, {500, 1300}};
+  GpuCase cluster_items{12, 9, {2000, 130, 64 * 9 + 1}};
+  cluster_items.num_ctas = 6;
+  return {many, paged, big_pages, few_ctas, cluster_96, cluster_tiles, cluster_items};
 }
 
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
 // quantised by the quantiser (KBMLA_Q_INLINE=never) and staged by TMA and quantised by its
 // softmax warpgroup (always, auto's choice: q_staged_fp8.cuh): split_role_cases (several
 // items per CTA), pages of 8 and 16 (two loader warps), an e4m3 Q, d_qk 512; 64-, 48- and
-// 32-row tiles in each (P V over 48 or 32 rows with d_qk 576: with_split_pv_acc).
+// 32-row tiles in each (P V over 48 or 32 rows with d_qk 576: with_split_pv_acc), and
+// 2-CTA clusters of 64 rows a CTA.
 TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   struct Restore {

@@ -223,7 +223,7 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
       if constexpr ((kBlockSplitSpike & 4) == 0) {
         fp8::pv_block<L::kPBytes>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
       }
-      release_stage(empty + stage, lane, 1);
+      release_stage(empty + stage, lane, p.cluster_size);
     }
     const int par = item_count & 1;
     Mbarrier::wait(stats_full + par, (item_count >> 1) & 1);

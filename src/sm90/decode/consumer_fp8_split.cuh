@@ -268,14 +268,14 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       Mbarrier::wait(p_full + stage, (block_count / kSplitStages) & 1);
       bad |= stage_flags[stage] != 0;
       if constexpr (Mode == KernelMode::kLoadOnly) {
-        release_stage(empty + stage, lane, 1);
+        release_stage(empty + stage, lane, p.cluster_size);
         continue;
       }
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       if (rescale_flags[stage] != 0) rescale_ot(o, row_scale + stage * 64, col_pair);
       const uint64_t p_desc = desc_k_major_sw64(stage_addr + kPBox * kBoxBytes);
       pv_block<0>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
-      release_stage(empty + stage, lane, 1);
+      release_stage(empty + stage, lane, p.cluster_size);
     }
     const bool phases = kSplitItemPhases != 0 && pv == 0 && tid == 0 && p.item_timeline != nullptr;
     if (phases && kSplitItemPhases == 2) record_item_phase(p, item_count, 3);

@@ -87,16 +87,16 @@ inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
 constexpr int kFp8NarrowRows = 16;
 inline bool fp8_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRows && cluster_size == 1; }
 
-// Whether the per-tensor fp8 requests of 17..64 rows run the split-role kernel
+// Whether the per-tensor fp8 requests of more than 16 rows run the split-role kernel
 // (kernel_fp8_split.cu: a softmax warpgroup feeding two P V warpgroups; bench/NOTES.md v32)
-// rather than the alternating consumers: one CTA per tile, pages loaded by TMA (8+ tokens;
-// pages of 8 and 16 with two loader warps, d_qk 576 only; the row gather of smaller pages
-// is the alternating kernel's); d_qk 576 or 512 (the caller checked it). Requests of several 64-row tiles
-// re-read the KV from L2 and are bound by the tensor pipe, where the alternating consumers
-// measured faster (kimi_uniform_B32_Sq9_H24_L8192 177.6 against 181.9 us).
+// rather than the alternating consumers: tiles of one CTA, or 2-CTA clusters of 64 rows a
+// CTA (more than 64 rows; the KV multicast to both), pages loaded by TMA (8+ tokens;
+// pages of 8 and 16 with two loader warps, one CTA and d_qk 576 only; the row gather of
+// smaller pages is the alternating kernel's); d_qk 576 or 512 (the caller checked it).
+// Clusters: bench/NOTES.md v39.
 inline bool fp8_split_roles(const DecodeParams& p) {
-  return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows &&
-         !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
+  const bool one_cta = p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64;
+  return (one_cta || p.cluster_size == 2) && !p.gather_rows && !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
 }
 // The split-role kernels' P V rows N for a tile of `rows` rows (one tile per request): 64,
 // or 48 / 32 for tiles of at most that many (Kimi K3's 12 heads x q_len 4; 16 x 2, 8 x 4),
@@ -112,13 +112,16 @@ decltype(auto) with_split_pv_acc(int rows, F&& f) {
 // The split-role kernel's bf16 Q (DecodeParams::q_staged): rows per staged half, the rows
 // of its Q maps' boxes (q_staged_fp8.cuh).
 constexpr int kFp8StagedQRows = 32;
-// Whether the per-block fp8 requests of 17..64 rows run the split-role kernel
-// (kernel_fp8_block_split.cu; bench/NOTES.md v32): one CTA per tile, pages of 8+ tokens by
-// TMA (8 and 16 with two loader warps; the row gather of smaller pages is the alternating
-// kernel's).
+// Whether the per-block fp8 requests of more than 16 rows run the split-role kernel
+// (kernel_fp8_block_split.cu; bench/NOTES.md v32): one CTA per tile of 17..64 rows or 2-CTA
+// clusters of 64 rows a CTA (v39), pages of 8+ tokens by TMA (8 and 16 with two loader
+// warps, one CTA only; the row gather of smaller pages is the alternating kernel's).
 inline bool fp8_block_split_roles(const DecodeParams& p) {
-  return p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64 && !p.gather_rows;
+  const bool one_cta = p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64;
+  return (one_cta || p.cluster_size == 2) && !p.gather_rows;
 }
+// The rows of a split-role kernel's CTA: the request's, or 64 in a 2-CTA cluster.
+inline int split_cta_rows(const DecodeParams& p) { return p.cluster_size > 1 ? 64 : p.rows; }
 // false with KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernels); auto or
 // unset: true; any other value is an error.
 bool split_roles_enabled();

@@ -1,6 +1,7 @@
-// The per-block-scale fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two
-// P V warpgroups (consumer_fp8_block_split.cuh); kernel.hpp, fp8_block_split_roles, says
-// which calls take it. Q comes by TMA (the quantiser's e4m3 latent part, the bf16 rope).
+// The per-block-scale fp8 kernel for tiles of 17..64 rows (one CTA, or each CTA of a 2-CTA
+// cluster's 128-row tile) with a softmax warpgroup and two P V warpgroups
+// (consumer_fp8_block_split.cuh); kernel.hpp, fp8_block_split_roles, says which calls
+// take it. Q comes by TMA (the quantiser's e4m3 latent part, the bf16 rope).
 #include "kbmla/error.hpp"
 #include "src/sm90/decode/consumer_fp8_block_split.cuh"
 #include "src/sm90/decode/kernel.hpp"
@@ -35,10 +36,10 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
       // The flags start at 0: the two loader warps each write only their byte.
       for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + L::stage_flags)[s] = 0;
     }
-    init_pipeline_barriers<kStages>(bars, 1, kTwoLoaders ? 2 : 1);
+    init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
     fp8::init_split_barriers<kStages>(smem + L::split_barriers, bars);
   }
-  kernel_prologue_sync(1);
+  kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kBlockSplitProducerRegs>();
@@ -63,6 +64,8 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
     set_max_registers_inc<kBlockSplitPvRegs>();
     run_block_split_pv<kPvAcc>(p, smem, wg - 2);
   }
+  // A 2-CTA cluster's stages are filled by both CTAs (multicast, kernel_fp8_split.cu).
+  if (p.cluster_size > 1) cluster_barrier();
 }
 
 }  // namespace fp8_block
@@ -87,7 +90,7 @@ void launch_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const D
 void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                                    cudaStream_t stream, bool after_quantiser) {
   // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
-  with_split_pv_acc(p.rows, [&](auto acc) {
+  with_split_pv_acc(split_cta_rows(p), [&](auto acc) {
     if (two_loader_warps(p, p.page_log2)) {
       return launch_block_split<true, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
     }

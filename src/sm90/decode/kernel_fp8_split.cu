@@ -1,4 +1,5 @@
-// The per-tensor fp8 kernel for tiles of 17..64 rows with a softmax warpgroup and two P V
+// The per-tensor fp8 kernel for tiles of 17..64 rows (one CTA, or each CTA of a 2-CTA
+// cluster's 128-row tile, the KV multicast to both) with a softmax warpgroup and two P V
 // warpgroups (consumer_fp8_split.cuh), d_qk 576 and 512; kernel.hpp, fp8_split_roles, says
 // which calls take it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with
 // p.q_staged, as bf16 rows by TMA that the softmax warpgroup quantises (q_staged_fp8.cuh).
@@ -75,10 +76,10 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     Mbarrier::init(staging_full + 1, 128);  // staging_empty: the softmax warpgroup
     Mbarrier::init(Fp8SplitSmem::q_issued(smem), 1);  // q_issued[2]: the Q loader
     Mbarrier::init(Fp8SplitSmem::q_issued(smem) + 1, 1);
-    init_pipeline_barriers<kSplitStages>(bars, 1, kTwoLoaders ? 2 : 1);
+    init_pipeline_barriers<kSplitStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
     init_split_barriers<kSplitStages>(smem + L::split_barriers, bars);
   }
-  kernel_prologue_sync(1);
+  kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     set_max_registers_dec<kSplitProducerRegs>();
@@ -106,6 +107,9 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     set_max_registers_inc<kSplitPvRegs>();
     run_split_pv<kSplitMode, QkBoxes, kPvAcc>(p, smem, wg - 2);
   }
+  // A 2-CTA cluster's stages are filled by both CTAs (multicast): neither leaves while
+  // the other may still write or arrive here.
+  if (p.cluster_size > 1) cluster_barrier();
 }
 
 }  // namespace fp8
@@ -140,7 +144,7 @@ void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, cons
   // alternating kernel: kernel.hpp.)
   if (p.d_qk == kDqkNoRope) return launch_split<kLatentBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
-  with_split_pv_acc(p.rows, [&](auto acc) {
+  with_split_pv_acc(split_cta_rows(p), [&](auto acc) {
     if (two_loader_warps(p, p.part_log2)) {
       return launch_split<kQkBoxes, true, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
     }
