@@ -208,7 +208,10 @@ std::vector<GpuCase> split_role_cases() {
   GpuCase cluster_tiles{64, 4, {500, 1300}};
   GpuCase cluster_items{12, 9, {2000, 130, 64 * 9 + 1}};
   cluster_items.num_ctas = 6;
-  return {many, paged, big_pages, few_ctas, cluster_96, cluster_tiles, cluster_items};
+  // 130 rows: the second cluster tile's second CTA has no row of the request (it loads its
+  // half of every box, computes on the next request's Q rows or TMA's zeros, writes nothing).
+  GpuCase cluster_empty_cta{65, 2, {900, 65, 1}};
+  return {many, paged, big_pages, few_ctas, cluster_96, cluster_tiles, cluster_items, cluster_empty_cta};
 }
 
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
