@@ -211,7 +211,14 @@ std::vector<GpuCase> split_role_cases() {
   // 130 rows: the second cluster tile's second CTA has no row of the request (it loads its
   // half of every box, computes on the next request's Q rows or TMA's zeros, writes nothing).
   GpuCase cluster_empty_cta{65, 2, {900, 65, 1}};
-  return {many, paged, big_pages, few_ctas, cluster_96, cluster_tiles, cluster_items, cluster_empty_cta};
+  // Clusters over pages of 16 and 8 tokens (one loader warp: parts of a page by lanes,
+  // multicast).
+  GpuCase cluster_pages_16{128, 1, {700, 65, 1}};
+  cluster_pages_16.page_size = 16;
+  GpuCase cluster_pages_8{96, 2, {300, 9}};
+  cluster_pages_8.page_size = 8;
+  return {many,         paged,        big_pages,         few_ctas,        cluster_96,
+          cluster_tiles, cluster_items, cluster_empty_cta, cluster_pages_16, cluster_pages_8};
 }
 
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
