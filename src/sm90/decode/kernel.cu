@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kTwoLoaders && (threadIdx.x < 32 || threadIdx.x / 32 == PagedKvLoader<QkBoxes>::kHelperWarp)) {
       PagedKvLoader<QkBoxes> kv{&kv_map, p};
       run_kv_loader<Mode, QkBoxes, kGatherRows, Bf16Smem, true>(p, kv, smem, threadIdx.x < 32 ? 0 : 1);
-    } else if (!kTwoLoaders && (threadIdx.x < 32 || (kGatherRows && threadIdx.x / 32 == PagedKvLoader<QkBoxes>::kHelperWarp))) {
+    } else if (!kTwoLoaders &&
+               (threadIdx.x < 32 || (kGatherRows && threadIdx.x / 32 == PagedKvLoader<QkBoxes>::kHelperWarp))) {
       // The row gather: warps 0 and 3 take the blocks in turn (producer.cuh, kGatherWarps),
       // one per stage.
       PagedKvLoader<QkBoxes> kv{&kv_map, p};
