@@ -159,6 +159,11 @@ std::vector<GpuCase> sweep_cases() {
   fp8_block({12, 9, {2000, 130}, Policy::kWorkList, 0, 0, false, seed++});
   fp8_block({24, 16, {300, 17}, Policy::kWorkList, 0, 0, true, seed++});
   fp8_block({96, 4, {1500, 90}, Policy::kWorkList, 0, 0, true, seed++});
+  // The split-role kernels in 2-CTA clusters under the static schedulers (v39), both formats.
+  fp8_block({96, 1, {700, 63, 1, 2000}, Policy::kStatic, 0, 3, true, seed++});
+  fp8_block({128, 2, {900, 64}, Policy::kStaticPersistent, 0, 2, true, seed++});
+  fp8({96, 1, {700, 63, 1, 2000}, Policy::kStatic, 0, 3, true, seed++});
+  fp8({80, 2, {900, 64, 5}, Policy::kStaticPersistent, 0, 2, false, seed++});
   for (int page_size : {1, 2, 16, 32, 128, 256}) {
     GpuCase c{16, 4, {1, 63, 65, 700}, Policy::kWorkList, 0, 0, true, seed++};
     c.page_size = page_size;
