@@ -135,7 +135,7 @@ std::vector<GpuCase> sweep_cases() {
     fp8(c);
   }
   {
-    // Three gather warps in turn, 2-CTA clusters of 48 rows, items of odd block counts.
+    // Three gather warps in turn, 2-CTA clusters (96 rows: 64 + 32), items of odd block counts.
     GpuCase c{96, 1, {64 * 7 + 1, 65, 1, 700}, Policy::kWorkList, 0, 0, true, seed++};
     c.page_size = 1;
     fp8(c);
