@@ -92,8 +92,8 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
       run_kv_loader<kSplitMode, QkBoxes, false, Fp8SplitSmem>(p, kv, smem);
     } else if (threadIdx.x == 32) {  // Q loader
       if (p.q_staged) {
-        run_q_stager<QkBoxes>(p, &q_maps, smem + L::q_staging, staging_full, staging_full + 1,
-                              Fp8SplitSmem::q_issued(smem));
+        run_q_stager<QkBoxes, Fp8SplitSmem::kQGateBlocks>(p, &q_maps, smem + L::q_staging, staging_full,
+                                                          staging_full + 1, Fp8SplitSmem::q_issued(smem));
       } else {
         grid_dependency_wait();  // the quantised Q
         run_q_loader<QkBoxes, Fp8SplitSmem, /*kCheckDcp=*/true>(p, &q_maps, smem);

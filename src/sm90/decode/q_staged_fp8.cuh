@@ -28,11 +28,12 @@ constexpr uint32_t kStagingBoxBytes = kStagingRows * 128;
 // rows 32 h..32 h + 31 of its tile (rows past the tensor read as zeros; rows of the next
 // request are read and ignored: quantise_staged_half zeroes rows >= the request's rows).
 // Also checks each item's context-parallel positions (as run_q_loader's kCheckDcp).
-// After an item's last part it arrives on q_issued[item parity] (the KV loader's gate).
-template <int QkBoxes>
+// After the last part of an item of more than kGateBlocks blocks it arrives on
+// q_issued[parity of such items] (the KV loader's gate, which only those items have).
+template <int QkBoxes, int kGateBlocks>
 __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps* q_maps, uint8_t* staging,
                                              uint64_t* staging_full, uint64_t* staging_empty, uint64_t* q_issued) {
-  int halves = 0, items = 0;
+  int halves = 0, gated_items = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
@@ -51,8 +52,10 @@ __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps*
                        rope ? p.q_pe_col + (j - kLatentBoxes) * kBoxCols : j * kBoxCols, row);
       }
     }
-    Mbarrier::arrive(q_issued + (items & 1));
-    ++items;
+    if (it.blk_end - it.blk_begin > kGateBlocks) {
+      Mbarrier::arrive(q_issued + (gated_items & 1));
+      ++gated_items;
+    }
   }
 }
 
