@@ -209,7 +209,7 @@ std::vector<GpuCase> split_role_cases() {
   GpuCase cluster_items{12, 9, {2000, 130, 64 * 9 + 1}};
   cluster_items.num_ctas = 6;
   // 130 rows: the second cluster tile's second CTA has no row of the request (it loads its
-  // half of every box, computes on the next request's Q rows or TMA's zeros, writes nothing).
+  // half of every box for its peer and writes nothing).
   GpuCase cluster_empty_cta{65, 2, {900, 65, 1}};
   // Clusters over pages of 16 and 8 tokens (one loader warp: parts of a page by lanes,
   // multicast).

@@ -92,6 +92,8 @@ __device__ __forceinline__ void quantise_staged_half(const uint8_t* staging, uin
     dst[c] = q_tile + t * kLatentBoxRowBytes + (((2 * c + (part >> 1)) ^ t) & 7) * 16 + (part & 1) * 8;
   }
   auto staged = [&](int i) { return *reinterpret_cast<const uint4*>(src[i % 2] + (i / 2) * kStagingBoxBytes); };
+  // (The rope branch is q_tile_group_offset's with k = part + 4 i, written out: calling the
+  // helper re-allocated the softmax warpgroup's whole SASS, v39; not measured, not taken.)
   auto tile_group = [&](int i) {
     return i < kLatentIters ? dst[i % 4] + (i / 4) * kLatentBoxBytes
                             : q_tile + kRopeBoxOffset + swizzled64(t, 8 * (part + 4 * (i - kLatentIters)));
