@@ -13,26 +13,50 @@
 
 namespace kbmla::sm90 {
 
+__device__ __forceinline__ uint32_t bf162_bits(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
 // `half` selects the fragment's row: 0 for r0 (d[4i+0..1]), 2 for r1 (d[4i+2..3]).
 __device__ __forceinline__ void write_item_output(const DecodeParams& p, const Item& it, int wg, int lane,
                                                   int local_row, float row_max_log2, float row_sum, bool bad,
                                                   const float (&o)[128], int half) {
   const int row = it.row_begin + local_row;
-  if (row >= p.rows) return;
+  // (No early return for rows past the request's: the final output's quad shuffles below
+  // need every lane of the warp; a quad shares its row, so it stores all or nothing.)
+  const bool live = row < p.rows;
   const bool empty = bad || !(row_sum > 0.f);
   const float inv = empty ? 0.f : 1.f / row_sum;
   const float neg_inf = -__int_as_float(0x7f800000);
   const float lse_log2 = empty ? neg_inf : row_max_log2 + __log2f(row_sum);
   const int col0 = wg * 256 + 2 * (lane % 4);
   if (it.slot < 0) {
+    // bf16 rows in whole 32-byte sectors: a quad holds columns 8i + 2q, +1 of its row for
+    // every i, and storing them as they are wrote half a sector per row and instruction.
+    // 64-row items then took 6.0-6.5 us from their last block to the written output, more
+    // than the fp32 partials' 3.3-3.9 us (twice the bytes, in whole sectors); now 1.9-2.0
+    // (bench/NOTES.md v40). Two shuffles per pair of i give lane q the columns
+    // 8i + 4q .. 8i + 4q + 3, one 8-byte store: the quad writes 32 contiguous bytes.
+    // Round A: lane q sends (q odd ? the i + 1 word : the i word) to lane 2(q % 2) + q / 2;
+    // round B the other word to the partner lane; lanes 2 and 3 receive theirs swapped.
     const OutputView& v = p.output;
-    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + col0;
+    const int q = lane % 4;
+    const int src_a = (lane & ~3) | ((q & 1) << 1) | (q >> 1);
+    __nv_bfloat16* out =
+        static_cast<__nv_bfloat16*>(v.out) + row_offset(v.out_strides, it.batch, row, v.heads) + wg * 256 + 4 * q;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) {
-      *reinterpret_cast<__nv_bfloat162*>(out + 8 * i) = __floats2bfloat162_rn(o[4 * i + half] * inv, o[4 * i + half + 1] * inv);
+    for (int i = 0; i < 32; i += 2) {
+      const uint32_t w0 = bf162_bits(o[4 * i + half] * inv, o[4 * i + half + 1] * inv);
+      const uint32_t w1 = bf162_bits(o[4 * i + 4 + half] * inv, o[4 * i + 4 + half + 1] * inv);
+      const uint32_t x = __shfl_sync(0xffffffffu, q & 1 ? w1 : w0, src_a);
+      const uint32_t y = __shfl_sync(0xffffffffu, q & 1 ? w0 : w1, src_a ^ 1);
+      if (live) *reinterpret_cast<uint2*>(out + 8 * i) = q >= 2 ? make_uint2(y, x) : make_uint2(x, y);
     }
-    if (wg == 0 && lane % 4 == 0) v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
-  } else {
+    if (live && wg == 0 && lane % 4 == 0) {
+      v.lse[row_offset(v.lse_strides, it.batch, row, v.heads)] = lse_log2 * v.lse_scale;
+    }
+  } else if (live) {
     float* out = static_cast<float*>(p.partial_o) + (int64_t{it.slot} * p.rows + row) * 512 + col0;
 #pragma unroll
     for (int i = 0; i < 32; ++i) {
