@@ -38,11 +38,11 @@ __device__ __forceinline__ void write_item_output(const DecodeParams& p, const I
     // than the fp32 partials' 3.3-3.9 us (twice the bytes, in whole sectors); now 1.9-2.0
     // (bench/NOTES.md v40). Two shuffles per pair of i give lane q the columns
     // 8i + 4q .. 8i + 4q + 3, one 8-byte store: the quad writes 32 contiguous bytes.
+    // Round A: lane q sends (q odd ? the i + 1 word : the i word) to lane 2(q % 2) + q / 2;
+    // round B the other word to the partner lane; lanes 2 and 3 receive theirs swapped.
     // (This code re-scheduled consumer 0's softmax in ptxas, whatever its form: the 16-row
     // split cases measured ~1-2 % slower, v40; prefetching the rows into L2 instead left
     // the output phase at 5.7 us.)
-    // Round A: lane q sends (q odd ? the i + 1 word : the i word) to lane 2(q % 2) + q / 2;
-    // round B the other word to the partner lane; lanes 2 and 3 receive theirs swapped.
     const OutputView& v = p.output;
     const int q = lane % 4;
     const int src_a = (lane & ~3) | ((q & 1) << 1) | (q >> 1);
