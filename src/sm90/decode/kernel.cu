@@ -4,14 +4,19 @@
 // Roles live in producer.cuh and consumer.cuh; see config.hpp for the budgets.
 #include "src/sm90/decode/kernel.hpp"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kbmla/error.hpp"
 #include "src/sm90/decode/consumer.cuh"
+#include "src/sm90/decode/consumer_narrow.cuh"
 #include "src/sm90/decode/producer.cuh"
 
 namespace kbmla::sm90 {
 
 // kTwoLoaders: two KV loader warps (kernel.hpp, two_loader_warps; pages of 8 and 16 tokens).
-template <KernelMode Mode, int QkBoxes, bool kGatherRows, bool kTwoLoaders = false>
+// kNarrow: the consumers of tiles of at most 16 rows (consumer_narrow.cuh).
+template <KernelMode Mode, int QkBoxes, bool kGatherRows, bool kTwoLoaders = false, bool kNarrow = false>
 __global__ void __launch_bounds__(kThreads, 1)
     mla_decode_bf16_kernel(const __grid_constant__ QMaps q_maps, const __grid_constant__ CUtensorMap kv_map,
                            const __grid_constant__ DecodeParams p) {
@@ -51,10 +56,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else if (wg == 1) {
     set_max_registers_inc<consumer_regs>();
-    run_consumer<Mode, QkBoxes, true>(p, smem);
+    if constexpr (kNarrow) {
+      run_consumer_narrow<Mode, QkBoxes, true>(p, smem);
+    } else {
+      run_consumer<Mode, QkBoxes, true>(p, smem);
+    }
   } else {
     set_max_registers_inc<consumer_regs>();
-    run_consumer<Mode, QkBoxes, false>(p, smem);
+    if constexpr (kNarrow) {
+      run_consumer_narrow<Mode, QkBoxes, false>(p, smem);
+    } else {
+      run_consumer<Mode, QkBoxes, false>(p, smem);
+    }
   }
   if (p.cluster_size > 1) cluster_barrier();
 }
@@ -80,15 +93,23 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_byt
 }
 
 namespace {
-template <KernelMode Mode, int QkBoxes, bool kGatherRows = false, bool kTwoLoaders = false>
+template <KernelMode Mode, int QkBoxes, bool kGatherRows = false, bool kTwoLoaders = false, bool kNarrow = false>
 void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
-  constexpr auto kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows, kTwoLoaders>;
+  constexpr auto kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows, kTwoLoaders, kNarrow>;
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
   launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode");
 }
 }  // namespace
+
+bool bf16_narrow_enabled() {
+  if (const char* e = std::getenv("KBMLA_BF16_NARROW")) {
+    if (std::strcmp(e, "never") == 0) return false;
+    require(std::strcmp(e, "auto") == 0, "KBMLA_BF16_NARROW='", e, "' must be auto or never");
+  }
+  return true;
+}
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
@@ -124,6 +145,9 @@ void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const De
   // Two loader warps for pages of 8 and 16 tokens (d_qk 576, full mode; kernel.hpp).
   if (mode == KernelMode::kFull && two_loader_warps(p, p.page_log2)) {
     return launch_mode<KernelMode::kFull, kQkBoxes, false, true>(q_maps, kv_map, p, grid, stream);
+  }
+  if (mode == KernelMode::kFull && bf16_narrow_tile(p)) {
+    return launch_mode<KernelMode::kFull, kQkBoxes, false, false, true>(q_maps, kv_map, p, grid, stream);
   }
   switch (mode) {
     case KernelMode::kFull: return launch_mode<KernelMode::kFull, kQkBoxes>(q_maps, kv_map, p, grid, stream);

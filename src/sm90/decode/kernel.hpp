@@ -82,6 +82,16 @@ inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
   return part_log2 <= 4 && !p.gather_rows && p.cluster_size == 1;
 }
 
+// Whether a bf16 request runs the narrow consumers (consumer_narrow.cuh: S^T and O^T with
+// N = 16): tiles of at most 16 rows, one CTA, d_qk 576, pages of 32+ tokens by TMA with one
+// loader warp (the other page sizes and d_qk 512 keep the 64-row consumers, to keep the
+// instantiations few). KBMLA_BF16_NARROW=never turns it off (read per call: A/B runs).
+bool bf16_narrow_enabled();
+inline bool bf16_narrow_tile(const DecodeParams& p) {
+  return p.rows <= 16 && p.cluster_size == 1 && p.d_qk == kDqk && !p.gather_rows &&
+         !two_loader_warps(p, p.page_log2) && bf16_narrow_enabled();
+}
+
 // Tiles of at most this many query rows (one CTA) take the fp8 kernels' narrow
 // instantiations (S^T and P V with N = 16).
 constexpr int kFp8NarrowRows = 16;

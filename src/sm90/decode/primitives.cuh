@@ -211,6 +211,18 @@ __device__ __forceinline__ void wgmma_pv(uint64_t da, uint64_t db, float (&d)[12
   wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<128>{});
 }
 
+// Tiles of at most 16 query rows (consumer_narrow.cuh): S^T (64 tokens x 16 rows) += K
+// (K-major) x Q^T (K-major); O^T (64 dims x 16 rows) += V^T (MN-major: the stage's rows
+// as they are) x P^T (K-major). 8 fp32 per thread each.
+__device__ __forceinline__ void wgmma_st_narrow(uint64_t da, uint64_t db, float (&d)[8], bool accumulate) {
+  using Atom = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
+  wgmma_call<Atom>(da, db, d, accumulate, std::make_index_sequence<8>{});
+}
+__device__ __forceinline__ void wgmma_ot_narrow(uint64_t da, uint64_t db, float (&d)[8]) {
+  using Atom = cute::SM90::GMMA::MMA_64x16x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::K>;
+  wgmma_call<Atom>(da, db, d, true, std::make_index_sequence<8>{});
+}
+
 // fp8: S (64 x 64) += Q x K^T, both e4m3 K-major in shared memory.
 __device__ __forceinline__ void wgmma_qk_fp8(uint64_t da, uint64_t db, float (&d)[32], bool accumulate) {
   using Atom = cute::SM90::GMMA::MMA_64x64x32_F32E4M3E4M3_SS_TN<>;
