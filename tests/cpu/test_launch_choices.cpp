@@ -290,20 +290,51 @@ TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMoreParts) {
   EXPECT_FALSE(sm90::two_loader_warps(p, 5));
 }
 
+// A request's tile as the kernel choices see it: rows, d_qk, cluster size and page size
+// (parts of at most 64 tokens, the row gather below 8).
+sm90::DecodeParams tile_params(int rows, int d_qk, int cluster_size, int page_log2) {
+  sm90::DecodeParams p{};
+  p.rows = rows;
+  p.d_qk = d_qk;
+  p.cluster_size = cluster_size;
+  p.page_log2 = page_log2;
+  p.part_log2 = std::min(page_log2, 6);
+  p.gather_rows = page_log2 < 3;
+  return p;
+}
+
+// The bf16 narrow consumers (kernel.hpp, bf16_narrow_tile; bench/NOTES.md v41): tiles of at
+// most 16 rows in one CTA, d_qk 576, pages of 32+ tokens loaded by one TMA warp; off with
+// KBMLA_BF16_NARROW=never, and a bad value is an error naming it.
+TEST(LaunchChoices, Bf16NarrowConsumersForSmallOneLoaderTiles) {
+  const auto params = tile_params;
+  unsetenv("KBMLA_BF16_NARROW");
+  EXPECT_TRUE(sm90::bf16_narrow_tile(params(16, 576, 1, 6)));
+  EXPECT_TRUE(sm90::bf16_narrow_tile(params(1, 576, 1, 5)));
+  EXPECT_TRUE(sm90::bf16_narrow_tile(params(15, 576, 1, 8)));
+  EXPECT_FALSE(sm90::bf16_narrow_tile(params(17, 576, 1, 6)));  // 64-row consumers
+  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 512, 1, 6)));  // (no d_qk 512 instantiation)
+  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 576, 1, 4)));  // two loader warps
+  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 576, 1, 0)));  // row gather
+  setenv("KBMLA_BF16_NARROW", "never", 1);
+  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 576, 1, 6)));
+  setenv("KBMLA_BF16_NARROW", "auto", 1);
+  EXPECT_TRUE(sm90::bf16_narrow_tile(params(16, 576, 1, 6)));
+  setenv("KBMLA_BF16_NARROW", "sometimes", 1);
+  try {
+    sm90::bf16_narrow_tile(params(16, 576, 1, 6));
+    ADD_FAILURE() << "KBMLA_BF16_NARROW=sometimes was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("sometimes"), std::string::npos) << e.what();
+  }
+  unsetenv("KBMLA_BF16_NARROW");
+}
+
 // The split-role kernel (kernel.hpp, fp8_split_roles; bench/NOTES.md v32, v39): per-tensor
 // fp8 requests of 17..64 rows in one CTA or of more rows in 2-CTA clusters, pages loaded by
 // TMA (8+ tokens).
 TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
-  auto params = [](int rows, int d_qk, int cluster_size, int page_log2) {
-    sm90::DecodeParams p{};
-    p.rows = rows;
-    p.d_qk = d_qk;
-    p.cluster_size = cluster_size;
-    p.page_log2 = page_log2;
-    p.part_log2 = std::min(page_log2, 6);
-    p.gather_rows = page_log2 < 3;
-    return p;
-  };
+  const auto params = tile_params;
   EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 6)));
   EXPECT_TRUE(sm90::fp8_split_roles(params(17, 576, 1, 5)));
   EXPECT_TRUE(sm90::fp8_split_roles(params(48, 576, 1, 8)));

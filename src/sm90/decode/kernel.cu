@@ -1,7 +1,9 @@
 // The sm_90a bf16 MLA decode kernel (d_qk 576 or 512, d_v 512, pages 1..256): entry point and
 // launch. d_qk 512 (no rope part), the row gather of pages below 8 tokens and two KV loader
-// warps for pages of 8 and 16 tokens (d_qk 576) are their own instantiations, full mode only.
-// Roles live in producer.cuh and consumer.cuh; see config.hpp for the budgets.
+// warps for pages of 8 and 16 tokens (d_qk 576) are their own instantiations, full mode only;
+// so are the narrow consumers of tiles of at most 16 rows (consumer_narrow.cuh: d_qk 576,
+// TMA pages of 32+ tokens, one loader warp). Roles live in producer.cuh, consumer.cuh and
+// consumer_narrow.cuh; see config.hpp for the budgets.
 #include "src/sm90/decode/kernel.hpp"
 
 #include <cstdlib>
