@@ -2,11 +2,13 @@
 // TMA stages). The 64-row consumers (consumer.cuh) compute S (64 x 64) and O (64 x 512)
 // for 64 rows whatever the tile holds; with two 72 KiB stages each stage is held from its
 // arrival to both P V products, and that hold time is on the loads' path (bench/NOTES.md
-// v40: a re-scheduled softmax alone moved the 16-row split cases 1-2 %; their full kernel
-// ran 4-8 % behind its loads-only spike). Here the products are transposed so that the 16
-// rows are the N of the wgmma: S^T = K Q^T (M = 64 tokens, N = 16 rows) and
+// v40: a re-scheduled softmax alone moved the 16-row split cases 1-2 %; v41: their full
+// kernel ran 4-8 % behind its loads-only spike). Here the products are transposed so that
+// the 16 rows are the N of the wgmma: S^T = K Q^T (M = 64 tokens, N = 16 rows) and
 // O^T = V^T P^T (M = 64 dims per product, N = 16), V^T read from the stage as it is (bf16
-// wgmma takes an MN-major A), a quarter of the tensor work per block.
+// wgmma takes an MN-major A), a quarter of the tensor work per block. Measured (v41): the
+// split 16-row cases 3-3.5 % faster, page-64 long items level; for d_qk 512 and two
+// loader warps it was 1-3 % slower on long items, so those keep the 64-row consumers.
 // Roles as in consumer.cuh: consumer 0 computes S^T, the softmax and P (bf16, [row][token]
 // in the P tile, K-major for the B operand), O^T for dims 0..255; consumer 1 O^T for
 // 256..511.
