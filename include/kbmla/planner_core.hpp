@@ -81,8 +81,13 @@ KBMLA_HD CostModel sm90_cost_model_by_rows(int rows, RowClassCosts narrow, RowCl
 // per-block 1.34 / 4.4) changed no measured time, and bf16 above 64 rows (2-CTA clusters)
 // fitted poorly (rms 17 us; 1.94 us per item measured no better on the 96-head Kimi case):
 // both keep the older values (2400 / 3000). The fp8 clusters: below.
+// bf16 tiles of at most 16 rows since the narrow consumers (v41, bench/NOTES.md): an item
+// at 6000 ns. Their blocks run at the loads' pace, so an item's fixed part (lead-in, Q,
+// first stage, output) weighs more; two alternated rounds of per_item 3000 / 6000 / 10000:
+// skew_Sq1 89.0, 93.4 / 88.8, 88.6 / 91.2, 90.6 us, busy max/mean 1.08, 1.11 / 1.06, 1.06 /
+// 1.10, 1.12; lognormal_H16_Sq1 and B1 level.
 KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
-  return sm90_cost_model_by_rows(rows, {2400, 3000}, {2350, 8400}, {2400, 3000});
+  return sm90_cost_model_by_rows(rows, {2400, 6000}, {2350, 8400}, {2400, 3000});
 }
 
 // The fp8 (e4m3, per-tensor scale) kernel's model: a block of a tile of at most 16 rows

@@ -50,8 +50,12 @@ def test_host_plan_covers_every_block_and_balances():
         assert bounds[0] == 0 and bounds[-1] == (L + 63) // 64
         assert all(x < y for x, y in zip(bounds, bounds[1:]))
     assert plan["num_splits"][0] > 32  # the long request is spread
+    # Balanced over the CTAs the plan uses (it may leave a few idle when an item costs more
+    # than the blocks it would take over).
     cost = plan["slot_cost_ns"]
-    assert cost.max() <= 1.05 * cost.mean()
+    used = cost[cost > 0]
+    assert len(used) >= 120
+    assert used.max() <= 1.05 * used.mean()
 
 
 def test_host_plan_zero_fills_requests_without_keys():

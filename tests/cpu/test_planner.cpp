@@ -189,7 +189,7 @@ TEST(Planner, RejectsBadInputWithNamedValues) {
   expect_error(big, std::vector<int32_t>((1 << 18) + 1, 1), "must be <= 2^23");
 }
 
-// The default cost models (planner_core.hpp, fitted in bench/NOTES.md v28): the fitted
+// The default cost models (planner_core.hpp, fitted in bench/NOTES.md v28, v41): the fitted
 // block and item costs apply from 17 rows per request (64-row tiles carrying more than 16
 // valid rows) and, for the fp8 caches, again above 64 (2-CTA clusters); per_split follows
 // the rows of one CTA, capped at 64, and the partials' element size.
@@ -201,7 +201,7 @@ TEST(Planner, DefaultCostModelsByDtypeAndRows) {
     EXPECT_EQ(c.per_item, item);
     EXPECT_EQ(c.per_split, split);
   };
-  expect_model(KvDtype::kBFloat16, 16, 1, 2400, 3000, 1000 + 64 * 16);
+  expect_model(KvDtype::kBFloat16, 16, 1, 2400, 6000, 1000 + 64 * 16);  // narrow consumers (v41)
   expect_model(KvDtype::kBFloat16, 17, 1, 2350, 8400, 1000 + 64 * 17);
   expect_model(KvDtype::kBFloat16, 16, 4, 2350, 8400, 1000 + 64 * 64);
   expect_model(KvDtype::kBFloat16, 96, 4, 2400, 3000, 1000 + 64 * 64);  // clusters: not refitted
