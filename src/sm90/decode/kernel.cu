@@ -148,6 +148,8 @@ void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const De
   if (mode == KernelMode::kFull && two_loader_warps(p, p.page_log2)) {
     return launch_mode<KernelMode::kFull, kQkBoxes, false, true>(q_maps, kv_map, p, grid, stream);
   }
+  // (The spike modes keep the 64-row consumers: bench --spike of a tile of at most 16 rows
+  // measures those.)
   if (mode == KernelMode::kFull && bf16_narrow_tile(p)) {
     return launch_mode<KernelMode::kFull, kQkBoxes, false, false, true>(q_maps, kv_map, p, grid, stream);
   }

@@ -84,8 +84,9 @@ inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
 
 // Whether a bf16 request runs the narrow consumers (consumer_narrow.cuh: S^T and O^T with
 // N = 16): tiles of at most 16 rows, one CTA, d_qk 576, pages of 32+ tokens by TMA with one
-// loader warp (the other page sizes and d_qk 512 keep the 64-row consumers, to keep the
-// instantiations few). KBMLA_BF16_NARROW=never turns it off (read per call: A/B runs).
+// loader warp. d_qk 512 and two loader warps (pages of 8 and 16) measured 1-3 % slower on
+// long items with them and keep the 64-row consumers, as does the row gather
+// (bench/NOTES.md v41). KBMLA_BF16_NARROW=never turns it off (read per call: A/B runs).
 bool bf16_narrow_enabled();
 inline bool bf16_narrow_tile(const DecodeParams& p) {
   return p.rows <= 16 && p.cluster_size == 1 && p.d_qk == kDqk && !p.gather_rows &&
