@@ -307,22 +307,21 @@ sm90::DecodeParams tile_params(int rows, int d_qk, int cluster_size, int page_lo
 // most 16 rows in one CTA, d_qk 576, pages of 32+ tokens loaded by one TMA warp; off with
 // KBMLA_BF16_NARROW=never, and a bad value is an error naming it.
 TEST(LaunchChoices, Bf16NarrowConsumersForSmallOneLoaderTiles) {
-  const auto params = tile_params;
   unsetenv("KBMLA_BF16_NARROW");
-  EXPECT_TRUE(sm90::bf16_narrow_tile(params(16, 576, 1, 6)));
-  EXPECT_TRUE(sm90::bf16_narrow_tile(params(1, 576, 1, 5)));
-  EXPECT_TRUE(sm90::bf16_narrow_tile(params(15, 576, 1, 8)));
-  EXPECT_FALSE(sm90::bf16_narrow_tile(params(17, 576, 1, 6)));  // 64-row consumers
-  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 512, 1, 6)));  // (no d_qk 512 instantiation)
-  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 576, 1, 4)));  // two loader warps
-  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 576, 1, 0)));  // row gather
+  EXPECT_TRUE(sm90::bf16_narrow_tile(tile_params(16, 576, 1, 6)));
+  EXPECT_TRUE(sm90::bf16_narrow_tile(tile_params(1, 576, 1, 5)));
+  EXPECT_TRUE(sm90::bf16_narrow_tile(tile_params(15, 576, 1, 8)));
+  EXPECT_FALSE(sm90::bf16_narrow_tile(tile_params(17, 576, 1, 6)));  // 64-row consumers
+  EXPECT_FALSE(sm90::bf16_narrow_tile(tile_params(16, 512, 1, 6)));  // (no d_qk 512 instantiation)
+  EXPECT_FALSE(sm90::bf16_narrow_tile(tile_params(16, 576, 1, 4)));  // two loader warps
+  EXPECT_FALSE(sm90::bf16_narrow_tile(tile_params(16, 576, 1, 0)));  // row gather
   setenv("KBMLA_BF16_NARROW", "never", 1);
-  EXPECT_FALSE(sm90::bf16_narrow_tile(params(16, 576, 1, 6)));
+  EXPECT_FALSE(sm90::bf16_narrow_tile(tile_params(16, 576, 1, 6)));
   setenv("KBMLA_BF16_NARROW", "auto", 1);
-  EXPECT_TRUE(sm90::bf16_narrow_tile(params(16, 576, 1, 6)));
+  EXPECT_TRUE(sm90::bf16_narrow_tile(tile_params(16, 576, 1, 6)));
   setenv("KBMLA_BF16_NARROW", "sometimes", 1);
   try {
-    sm90::bf16_narrow_tile(params(16, 576, 1, 6));
+    sm90::bf16_narrow_tile(tile_params(16, 576, 1, 6));
     ADD_FAILURE() << "KBMLA_BF16_NARROW=sometimes was accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("sometimes"), std::string::npos) << e.what();
@@ -334,36 +333,26 @@ TEST(LaunchChoices, Bf16NarrowConsumersForSmallOneLoaderTiles) {
 // fp8 requests of 17..64 rows in one CTA or of more rows in 2-CTA clusters, pages loaded by
 // TMA (8+ tokens).
 TEST(LaunchChoices, Fp8SplitRolesForWideOneLoaderTiles) {
-  const auto params = tile_params;
-  EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 6)));
-  EXPECT_TRUE(sm90::fp8_split_roles(params(17, 576, 1, 5)));
-  EXPECT_TRUE(sm90::fp8_split_roles(params(48, 576, 1, 8)));
-  EXPECT_FALSE(sm90::fp8_split_roles(params(65, 576, 1, 8)));  // two tiles: tensor-bound
-  EXPECT_FALSE(sm90::fp8_split_roles(params(16, 576, 1, 6)));  // narrow
-  EXPECT_TRUE(sm90::fp8_split_roles(params(64, 512, 1, 6)));
-  EXPECT_TRUE(sm90::fp8_split_roles(params(128, 576, 2, 6)));  // 2-CTA cluster, 64 rows a CTA
-  EXPECT_TRUE(sm90::fp8_split_roles(params(96, 512, 2, 6)));
-  EXPECT_FALSE(sm90::fp8_split_roles(params(128, 576, 2, 0)));  // a cluster's row gather
-  EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 4)));   // two loader warps
-  EXPECT_TRUE(sm90::fp8_split_roles(params(64, 576, 1, 3)));
-  EXPECT_FALSE(sm90::fp8_split_roles(params(64, 512, 1, 4)));  // (no d_qk 512 two-loader kernel)
-  EXPECT_FALSE(sm90::fp8_split_roles(params(64, 576, 1, 0)));  // row gather
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(64, 576, 1, 6)));
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(17, 576, 1, 5)));
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(48, 576, 1, 8)));
+  EXPECT_FALSE(sm90::fp8_split_roles(tile_params(65, 576, 1, 8)));  // two tiles: tensor-bound
+  EXPECT_FALSE(sm90::fp8_split_roles(tile_params(16, 576, 1, 6)));  // narrow
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(64, 512, 1, 6)));
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(128, 576, 2, 6)));  // 2-CTA cluster, 64 rows a CTA
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(96, 512, 2, 6)));
+  EXPECT_FALSE(sm90::fp8_split_roles(tile_params(128, 576, 2, 0)));  // a cluster's row gather
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(64, 576, 1, 4)));   // two loader warps
+  EXPECT_TRUE(sm90::fp8_split_roles(tile_params(64, 576, 1, 3)));
+  EXPECT_FALSE(sm90::fp8_split_roles(tile_params(64, 512, 1, 4)));  // (no d_qk 512 two-loader kernel)
+  EXPECT_FALSE(sm90::fp8_split_roles(tile_params(64, 576, 1, 0)));  // row gather
 }
 
 // The per-block split-role kernel (kernel.hpp, fp8_block_split_roles): per-block requests
 // of 17..64 rows in one CTA or of more rows in 2-CTA clusters, pages of 8+ tokens by TMA
 // (8 and 16 with two loader warps); the row gather keeps the alternating kernel.
 TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
-  auto params = [](int rows, int cluster_size, int page_log2) {
-    sm90::DecodeParams p{};
-    p.rows = rows;
-    p.d_qk = 576;
-    p.cluster_size = cluster_size;
-    p.page_log2 = page_log2;
-    p.part_log2 = std::min(page_log2, 6);
-    p.gather_rows = page_log2 < 3;
-    return p;
-  };
+  auto params = [](int rows, int cluster_size, int page_log2) { return tile_params(rows, 576, cluster_size, page_log2); };
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 6)));
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(17, 1, 5)));
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(48, 1, 8)));

@@ -45,6 +45,9 @@ constexpr int kBoxCols = 64;         // bf16 columns per 128-byte swizzle atom /
 constexpr int kQkBoxes = kDqk / kBoxCols;  // 9
 constexpr int kLatentBoxes = kDqkNoRope / kBoxCols;  // 8: the boxes of the 512 latent columns
 constexpr int kStages = 2;
+// Tiles of at most this many query rows (one CTA) run the narrow consumers
+// (consumer_narrow.cuh; kernel.hpp, bf16_narrow_tile says which).
+constexpr int kBf16NarrowRows = 16;
 constexpr int kThreads = 384;
 constexpr int kConsumerThreads = 256;
 constexpr int kConsumerWarps = kConsumerThreads / 32;

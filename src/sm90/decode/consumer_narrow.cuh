@@ -3,7 +3,8 @@
 // for 64 rows whatever the tile holds; with two 72 KiB stages each stage is held from its
 // arrival to both P V products, and that hold time is on the loads' path (bench/NOTES.md
 // v40: a re-scheduled softmax alone moved the 16-row split cases 1-2 %; v41: their full
-// kernel ran 4-8 % behind its loads-only spike). Here the products are transposed so that
+// kernel without the combine ran 5-9 % behind its loads-only spike on B1 and skew_Sq1,
+// 2 % on lognormal_H16_Sq1 and B128_Sq1). Here the products are transposed so that
 // the 16 rows are the N of the wgmma: S^T = K Q^T (M = 64 tokens, N = 16 rows) and
 // O^T = V^T P^T (M = 64 dims per product, N = 16), V^T read from the stage as it is (bf16
 // wgmma takes an MN-major A), a quarter of the tensor work per block. Measured (v41): the
@@ -23,7 +24,6 @@
 
 namespace kbmla::sm90 {
 
-constexpr int kNarrowRows = 16;
 // Consumer 0's four warps: their per-row partial maxima (or sums) are in the scratch.
 constexpr uint32_t kBarNarrowReduce = 4;
 // The scratch for those partials: float [4 warps][16 rows], in the P tile past the 16 rows
@@ -47,7 +47,7 @@ __device__ __forceinline__ void narrow_reduce_rows(float (&v)[4], float* scratch
   }
   if (lane < 4) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) scratch[warp * kNarrowRows + narrow_row(lane, j)] = v[j];
+    for (int j = 0; j < 4; ++j) scratch[warp * kBf16NarrowRows + narrow_row(lane, j)] = v[j];
   }
   named_sync(kBarNarrowReduce, 128);
 #pragma unroll
@@ -55,7 +55,7 @@ __device__ __forceinline__ void narrow_reduce_rows(float (&v)[4], float* scratch
     const int n = narrow_row(lane, j);
     float t = scratch[n];
 #pragma unroll
-    for (int w = 1; w < 4; ++w) t = kMax ? fmaxf(t, scratch[w * kNarrowRows + n]) : t + scratch[w * kNarrowRows + n];
+    for (int w = 1; w < 4; ++w) t = kMax ? fmaxf(t, scratch[w * kBf16NarrowRows + n]) : t + scratch[w * kBf16NarrowRows + n];
     v[j] = t;
   }
 }

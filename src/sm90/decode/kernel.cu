@@ -105,13 +105,15 @@ void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodePar
 }
 }  // namespace
 
-bool bf16_narrow_enabled() {
-  if (const char* e = std::getenv("KBMLA_BF16_NARROW")) {
+bool env_switch_not_never(const char* name) {
+  if (const char* e = std::getenv(name)) {
     if (std::strcmp(e, "never") == 0) return false;
-    require(std::strcmp(e, "auto") == 0, "KBMLA_BF16_NARROW='", e, "' must be auto or never");
+    require(std::strcmp(e, "auto") == 0, name, "='", e, "' must be auto or never");
   }
   return true;
 }
+
+bool bf16_narrow_enabled() { return env_switch_not_never("KBMLA_BF16_NARROW"); }
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");

@@ -89,7 +89,7 @@ inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
 // (bench/NOTES.md v41). KBMLA_BF16_NARROW=never turns it off (read per call: A/B runs).
 bool bf16_narrow_enabled();
 inline bool bf16_narrow_tile(const DecodeParams& p) {
-  return p.rows <= 16 && p.cluster_size == 1 && p.d_qk == kDqk && !p.gather_rows &&
+  return p.rows <= kBf16NarrowRows && p.cluster_size == 1 && p.d_qk == kDqk && !p.gather_rows &&
          !two_loader_warps(p, p.page_log2) && bf16_narrow_enabled();
 }
 
@@ -136,6 +136,10 @@ inline int split_cta_rows(const DecodeParams& p) { return p.cluster_size > 1 ? 6
 // false with KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernels); auto or
 // unset: true; any other value is an error.
 bool split_roles_enabled();
+// An A/B switch read from the environment at each call (the tests switch it), without
+// allocating: false when `name` is "never", true when it is "auto" or unset; any other
+// value is an error naming the variable and its value.
+bool env_switch_not_never(const char* name);
 // fp8_split_roles / fp8_block_split_roles and split_roles_enabled.
 bool fp8_split_kernel_wanted(const DecodeParams& p);
 bool fp8_block_split_kernel_wanted(const DecodeParams& p);

@@ -3,9 +3,6 @@
 // warpgroups (consumer_fp8_split.cuh), d_qk 576 and 512; kernel.hpp, fp8_split_roles, says
 // which calls take it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with
 // p.q_staged, as bf16 rows by TMA that the softmax warpgroup quantises (q_staged_fp8.cuh).
-#include <cstdlib>
-#include <cstring>
-
 #include "kbmla/error.hpp"
 #include "src/sm90/decode/consumer_fp8_split.cuh"
 #include "src/sm90/decode/kernel.hpp"
@@ -114,14 +111,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
 
 }  // namespace fp8
 
-bool split_roles_enabled() {
-  // Read per call (the tests switch it), without allocating.
-  if (const char* e = std::getenv("KBMLA_FP8_SPLIT_ROLES")) {
-    if (std::strcmp(e, "never") == 0) return false;
-    require(std::strcmp(e, "auto") == 0, "KBMLA_FP8_SPLIT_ROLES='", e, "' must be auto or never");
-  }
-  return true;
-}
+bool split_roles_enabled() { return env_switch_not_never("KBMLA_FP8_SPLIT_ROLES"); }
 
 bool fp8_split_kernel_wanted(const DecodeParams& p) { return fp8_split_roles(p) && split_roles_enabled(); }
 
