@@ -1,8 +1,10 @@
-// Consumer roles. Consumer 0 computes S = Q K^T of each 64-token block (N = 64, Q read
-// once), the online softmax in the log2 domain, and hands consumer 1 the block's P (bf16,
-// shared memory) and the per-row factor by which to rescale O; both then add P V for
-// their 256 columns of V. Consumer 0 owns the row statistics (max, sum) and publishes
-// them at the end of an item for consumer 1's epilogue.
+// The bf16 kernel's 64-row consumers (TileMath64; the walk they share with the narrow
+// consumers is consumer_loop.cuh's) and the softmax pieces the fp8 consumers share.
+// Consumer 0 computes S = Q K^T of each 64-token block (N = 64, Q read once), the online
+// softmax in the log2 domain, and hands consumer 1 the block's P (bf16, shared memory) and
+// the per-row factor by which to rescale O; both then add P V for their 256 columns of V.
+// Consumer 0 owns the row statistics (max, sum) and publishes them at the end of an item
+// for consumer 1's epilogue.
 //
 // Accumulator fragments (wgmma m64nN, fp32): warp w of the warpgroup owns rows
 // 16w..16w+15; lane l holds rows r0 = 16w + l/4 and r1 = r0 + 8, columns
@@ -11,6 +13,7 @@
 
 #include <cuda_bf16.h>
 
+#include "src/sm90/decode/consumer_loop.cuh"
 #include "src/sm90/decode/epilogue.cuh"
 #include "src/sm90/decode/primitives.cuh"
 #include "src/sm90/decode/work.cuh"
@@ -30,19 +33,6 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);
   return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
-
-// Rows of tokens at or past the request's seqlen may hold anything (NaN in the tests):
-// P is 0 there, but 0 x NaN is NaN, so consumer 0 zeroes the V columns (boxes 0..7) of
-// those rows once its S of the stage is complete, before either PV reads them.
-__device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, int tid) {
-  constexpr int kVBoxes = kDv / kBoxCols;
-  const int chunks = (kBlockTokens - first_row) * kVBoxes * 8;  // rows x boxes x 16-byte chunks
-  for (int idx = tid; idx < chunks; idx += 128) {
-    const int row = first_row + idx / (kVBoxes * 8);
-    const int box = (idx / 8) % kVBoxes;
-    *reinterpret_cast<uint4*>(stage + box * kBoxBytes + row * 128 + (idx % 8) * 16) = make_uint4(0, 0, 0, 0);
-  }
 }
 
 // The pieces of the online softmax both kernels' consumers share (bf16 here, e4m3 in
@@ -136,184 +126,133 @@ __device__ __forceinline__ void publish_row_stats(float2* stats, int lane, int r
   }
 }
 
-// --balance instrumentation: this CTA's {start ns, end ns, SM, items}. The start is
-// stored when taken (holding it in registers across the loop spilled in the fp8 kernel).
-__device__ __forceinline__ int64_t timeline_cta() {
-  return int64_t{blockIdx.z} * gridDim.y * gridDim.x + blockIdx.y * gridDim.x + blockIdx.x;
-}
-__device__ __forceinline__ unsigned long long* timeline_record(const DecodeParams& p) {
-  return p.timeline + 4 * timeline_cta();
-}
-__device__ __forceinline__ void record_timeline_start(const DecodeParams& p) {
-  timeline_record(p)[0] = global_timer_ns();
-}
-__device__ __forceinline__ void record_timeline_end(const DecodeParams& p, int items) {
-  unsigned long long* rec = timeline_record(p);
-  rec[1] = global_timer_ns();
-  rec[2] = sm_id();
-  rec[3] = items;
-}
-// Phase `phase` of this CTA's item `item` (DecodeArgs::item_timeline); the caller tests
-// p.item_timeline and picks one thread.
-__device__ __forceinline__ void record_item_phase(const DecodeParams& p, int item, int phase) {
-  if (item >= kTimelineItems) return;
-  p.item_timeline[kItemPhaseSlots * (kTimelineItems * timeline_cta() + item) + phase] = global_timer_ns();
-}
+// The 64-row consumers' math (the walk is consumer_loop.cuh's): S (64 x 64) = Q K^T with
+// N = 64 (Q read once), the online softmax in the log2 domain, P (bf16) in the P tile with
+// the rows' factors for consumer 1, and O (64 x 256) += P V per consumer.
+template <int QkBoxes, bool kSoftmaxOwner>
+struct TileMath64 {
+  static constexpr int wg = kSoftmaxOwner ? 0 : 1;
+  int tid, lane, r0, r1, col_pair;
+  float* row_scale;  // [64]
+  uint8_t* p_tile;
+  uint64_t q_desc, p_desc;
+  float o[128];
+  float s[32];
+  float m0, m1, l0, l1;  // consumer 0 only
+  float alpha0, alpha1, neg_base0, neg_base1;
+  int vis0, vis1, mask_from;
 
-// kSoftmaxOwner: consumer 0 (S, softmax, O columns 0..255); else consumer 1 (columns
-// 256..511). Two instantiations, so each role's wgmma sequence is straight-line code
-// (a role test around wgmma makes ptxas serialise them, warning C7520).
-template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
-__device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* smem) {
-  constexpr int wg = kSoftmaxOwner ? 0 : 1;
-  const int tid = threadIdx.x - 128 * (wg + 1);
-  const int warp = tid / 32, lane = tid % 32;
-  const int r0 = warp * 16 + lane / 4, r1 = r0 + 8;
-  const int col_pair = 2 * (lane % 4);
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
-  uint64_t* q_full = bars + 0;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* full = bars + 2;
-  uint64_t* empty = bars + 2 + kStages;
-  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);    // [64]
-  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][64]
-  uint8_t* p_tile = smem + SmemLayout::p;
-  const uint64_t q_desc = desc_k_major(smem_addr(smem + SmemLayout::q));
-  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint64_t p_desc = desc_k_major(smem_addr(p_tile));
-  const float neg_inf = -__int_as_float(0x7f800000);
-  constexpr bool softmax_owner = kSoftmaxOwner;
+  __device__ __forceinline__ explicit TileMath64(uint8_t* smem) {
+    tid = threadIdx.x - 128 * (wg + 1);
+    const int warp = tid / 32;
+    lane = tid % 32;
+    r0 = warp * 16 + lane / 4;
+    r1 = r0 + 8;
+    col_pair = 2 * (lane % 4);
+    row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
+    p_tile = smem + SmemLayout::p;
+    q_desc = desc_k_major(smem_addr(smem + SmemLayout::q));
+    p_desc = desc_k_major(smem_addr(p_tile));
+  }
 
-  int item_count = 0;
-  int block_count = 0;
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_start(p);
-  TileWalker walker(p);
-  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
-    if (!it.run) continue;
-    const bool phases = kSoftmaxOwner && p.item_timeline != nullptr && tid == 0;
-    if (phases) record_item_phase(p, item_count, 0);
-    // Context-parallel positions are checked here, not in resolve_item: the producer's 40
-    // registers spilled with it. Inconsistent ones only change which keys are masked.
-    if (softmax_owner && threadIdx.x % 128 == 0 && !p.vis.consistent(it.batch, it.seqlen)) {
-      atomicOr(p.error_word, kErrDcpPositions);
-    }
-    const int vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
-    const int vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
-    const int mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
-    if constexpr (softmax_owner) Mbarrier::wait(q_full, item_count & 1);
-    if (phases) record_item_phase(p, item_count, 1);
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it) {
+    vis0 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r0);
+    vis1 = visible_keys(p, it.batch, it.seqlen, it.row_begin + r1);
+    mask_from = warp_mask_from(p, it, r0, r1, vis0, vis1);
+  }
 
-    float o[128];
+  __device__ __forceinline__ void zero_accumulators() {
+    const float neg_inf = -__int_as_float(0x7f800000);
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    float m0 = neg_inf, m1 = neg_inf, l0 = 0.f, l1 = 0.f;  // consumer 0 only
-    bool bad = false;
+    m0 = neg_inf;
+    m1 = neg_inf;
+    l0 = 0.f;
+    l1 = 0.f;
+  }
 
-    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kStages;
-      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
-      if (phases && blk == it.blk_begin) record_item_phase(p, item_count, 2);
-      bad |= stage_flags[stage] != 0;
-      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
-      // Only consumer 0's S reads the Q tile: Q is given back after the item's last S, so
-      // that the next item's Q load overlaps this block's softmax, P V and the epilogue
-      // (it waited for all of them before).
-      const bool last_block = blk + 1 == it.blk_end;
-      if constexpr (Mode == KernelMode::kLoadOnly) {
-        if (last_block) Mbarrier::arrive(q_empty);
-        release_stage(empty + stage, lane, p.cluster_size);
-        continue;
-      }
-      float alpha0, alpha1;
-      if constexpr (softmax_owner) {
-        // S (64 x 64) = Q (64 x d_qk) K^T, 36 (d_qk 576) or 32 (512) k-steps of 16.
-        float s[32];
-        const uint64_t k_desc = desc_k_major(stage_addr);
-        wgmma_fence();
+  // S (64 x 64) = Q (64 x d_qk) K^T, 36 (d_qk 576) or 32 (512) k-steps of 16.
+  __device__ __forceinline__ void compute_s(uint32_t stage_addr) {
+    const uint64_t k_desc = desc_k_major(stage_addr);
+    wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
-          const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
-          wgmma_qk(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(s);
-        if (last_block) Mbarrier::arrive(q_empty);
-
-        mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
-        float mx0, mx1;
-        block_row_max(s, mx0, mx1);
-        alpha0 = lazy_rescale(mx0 * p.scale_log2, m0);
-        alpha1 = lazy_rescale(mx1 * p.scale_log2, m1);
-        const float neg_base0 = neg_base(m0), neg_base1 = neg_base(m1);
-        const int tail_row = it.seqlen - blk * kBlockTokens;
-        if (tail_row < kBlockTokens) zero_tail_rows(smem + SmemLayout::kv + stage * kTileBytes, tail_row, tid);
-        // Consumer 1 must be done with the previous block's P and factors.
-        if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
-        float sum0 = 0.f, sum1 = 0.f;
-        const uint32_t p_row0 = swizzled_offset(r0, col_pair), p_row1 = swizzled_offset(r1, col_pair);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const float p00 = fast_exp2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
-          const float p01 = fast_exp2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
-          const float p10 = fast_exp2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
-          const float p11 = fast_exp2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
-          sum0 += p00 + p01;
-          sum1 += p10 + p11;
-          // Swizzled address of (row, 8i + col_pair): the 16-byte chunk index is i ^ (row % 8),
-          // i.e. the row's base with bits 4..6 flipped by i.
-          *reinterpret_cast<__nv_bfloat162*>(p_tile + (p_row0 ^ (i << 4))) = __floats2bfloat162_rn(p00, p01);
-          *reinterpret_cast<__nv_bfloat162*>(p_tile + (p_row1 ^ (i << 4))) = __floats2bfloat162_rn(p10, p11);
-        }
-        l0 = l0 * alpha0 + sum0;  // per-thread partial: its 16 columns of every block
-        l1 = l1 * alpha1 + sum1;
-        if (lane % 4 == 0) {
-          row_scale[r0] = alpha0;
-          row_scale[r1] = alpha1;
-        }
-        fence_view_async_shared();
-        named_sync(kBarP, kConsumerThreads);
-      } else {
-        if (last_block) Mbarrier::arrive(q_empty);
-        named_sync(kBarP, kConsumerThreads);
-        alpha0 = row_scale[r0];
-        alpha1 = row_scale[r1];
-      }
-      rescale_o(o, alpha0, alpha1);
-      // O (64 x 256) += P (64 x 64) V[:, 256 wg .. 256 wg + 255], 4 k-steps of 16 tokens.
-      const uint64_t v_desc = desc_mn_major(stage_addr + 4 * wg * kBoxBytes);
-      wgmma_fence();
-      fence_accumulators(o);
-#pragma unroll
-      for (int k = 0; k < kBlockTokens / 16; ++k) {
-        wgmma_pv(desc_advance(p_desc, k * 32), desc_advance(v_desc, k * 2048), o);
-      }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(o);
-      if constexpr (!softmax_owner) named_arrive(kBarPFree, kConsumerThreads);
-      release_stage(empty + stage, lane, p.cluster_size);
+    for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
+      const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
+      wgmma_qk(desc_advance(q_desc, off), desc_advance(k_desc, off), s, k > 0);
     }
-    if (it.blk_begin == it.blk_end) Mbarrier::arrive(q_empty);  // (no block gave it back)
-    if (phases) record_item_phase(p, item_count, 3);
-    ++item_count;
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(s);
+  }
 
-    // Row statistics: consumer 0 reduces its quads' partial sums and publishes (max, sum).
-    float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
-    if constexpr (softmax_owner) publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1);
-    named_sync(kBarRowStats, kConsumerThreads);
+  __device__ __forceinline__ void block_factors(const DecodeParams& p, int blk) {
+    mask_invisible_keys(s, blk, col_pair, vis0, vis1, mask_from);
+    float mx0, mx1;
+    block_row_max(s, mx0, mx1);
+    alpha0 = lazy_rescale(mx0 * p.scale_log2, m0);
+    alpha1 = lazy_rescale(mx1 * p.scale_log2, m1);
+    neg_base0 = neg_base(m0);
+    neg_base1 = neg_base(m1);
+  }
+
+  __device__ __forceinline__ void write_p(const DecodeParams& p) {
+    float sum0 = 0.f, sum1 = 0.f;
+    const uint32_t p_row0 = swizzled_offset(r0, col_pair), p_row1 = swizzled_offset(r1, col_pair);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float p00 = fast_exp2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
+      const float p01 = fast_exp2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
+      const float p10 = fast_exp2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
+      const float p11 = fast_exp2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
+      sum0 += p00 + p01;
+      sum1 += p10 + p11;
+      // Swizzled address of (row, 8i + col_pair): the 16-byte chunk index is i ^ (row % 8),
+      // i.e. the row's base with bits 4..6 flipped by i.
+      *reinterpret_cast<__nv_bfloat162*>(p_tile + (p_row0 ^ (i << 4))) = __floats2bfloat162_rn(p00, p01);
+      *reinterpret_cast<__nv_bfloat162*>(p_tile + (p_row1 ^ (i << 4))) = __floats2bfloat162_rn(p10, p11);
+    }
+    l0 = l0 * alpha0 + sum0;  // per-thread partial: its 16 columns of every block
+    l1 = l1 * alpha1 + sum1;
+    if (lane % 4 == 0) {
+      row_scale[r0] = alpha0;
+      row_scale[r1] = alpha1;
+    }
+  }
+
+  __device__ __forceinline__ void read_factors() {
+    alpha0 = row_scale[r0];
+    alpha1 = row_scale[r1];
+  }
+
+  // O (64 x 256) += P (64 x 64) V[:, 256 wg .. 256 wg + 255], 4 k-steps of 16 tokens.
+  __device__ __forceinline__ void rescale_and_pv(uint32_t stage_addr) {
+    rescale_o(o, alpha0, alpha1);
+    const uint64_t v_desc = desc_mn_major(stage_addr + 4 * wg * kBoxBytes);
+    wgmma_fence();
+    fence_accumulators(o);
+#pragma unroll
+    for (int k = 0; k < kBlockTokens / 16; ++k) {
+      wgmma_pv(desc_advance(p_desc, k * 32), desc_advance(v_desc, k * 2048), o);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(o);
+  }
+
+  // Consumer 0 reduces its quads' partial sums and publishes (max, sum).
+  __device__ __forceinline__ void publish_stats(float2* stats) { publish_row_stats(stats, lane, r0, r1, m0, m1, l0, l1); }
+
+  __device__ __forceinline__ void write_output(const DecodeParams& p, const Item& it, const float2* stats, bool bad) {
     const float2 st0 = stats[r0], st1 = stats[r1];
     write_item_output(p, it, wg, lane, r0, st0.x, st0.y, bad, o, 0);
     write_item_output(p, it, wg, lane, r1, st1.x, st1.y, bad, o, 2);
-    if (phases) record_item_phase(p, item_count - 1, 4);
   }
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
-  // Consume consumer 1's arrival after the last block, so no barrier is left half-done.
-  if constexpr (Mode != KernelMode::kLoadOnly) {
-    if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
-  }
+};
+
+template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
+__device__ __forceinline__ void run_consumer(const DecodeParams& p, uint8_t* smem) {
+  TileMath64<QkBoxes, kSoftmaxOwner> tile(smem);
+  run_bf16_consumer<Mode, kSoftmaxOwner>(p, smem, tile);
 }
 
 }  // namespace kbmla::sm90

@@ -108,42 +108,36 @@ __device__ __forceinline__ void write_item_output_narrow(const DecodeParams& p, 
   }
 }
 
-// kSoftmaxOwner: consumer 0 (S^T, softmax, P, dims 0..255); else consumer 1 (256..511).
-template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
-__device__ __forceinline__ void run_consumer_narrow(const DecodeParams& p, uint8_t* smem) {
-  static_assert(Mode == KernelMode::kFull, "narrow tiles have the full kernel only");
-  constexpr int wg = kSoftmaxOwner ? 0 : 1;
-  const int tid = threadIdx.x - 128 * (wg + 1);
-  const int warp = tid / 32, lane = tid % 32;
-  const int t0 = warp * 16 + lane / 4;  // the lane's first M row (S^T: token; O^T: dim)
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + SmemLayout::barriers);
-  uint64_t* q_full = bars + 0;
-  uint64_t* q_empty = bars + 1;
-  uint64_t* full = bars + 2;
-  uint64_t* empty = bars + 2 + kStages;
-  const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + SmemLayout::stage_flags);
-  float* row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);    // [16]
-  float2* row_stats = reinterpret_cast<float2*>(smem + SmemLayout::row_stats);  // [parity][64]
-  uint8_t* p_tile = smem + SmemLayout::p;
-  float* scratch = reinterpret_cast<float*>(p_tile + kNarrowScratchOffset);
-  const uint64_t q_desc = desc_k_major(smem_addr(smem + SmemLayout::q));
-  const uint32_t kv_addr = smem_addr(smem + SmemLayout::kv);
-  const uint64_t p_desc = desc_k_major(smem_addr(p_tile));
-  const float neg_inf = -__int_as_float(0x7f800000);
-  const int big = 0x7fffffff;
+// The narrow consumers' math (the walk is consumer_loop.cuh's). Consumer 0's rows'
+// running maxima (log2 units) and partial sums are m and l; each lane holds four rows.
+template <int QkBoxes, bool kSoftmaxOwner>
+struct TileMathNarrow {
+  static constexpr int wg = kSoftmaxOwner ? 0 : 1;
+  int tid, warp, lane, t0;  // t0: the lane's first M row (S^T: token; O^T: dim)
+  float* row_scale;         // [16]
+  uint8_t* p_tile;
+  float* scratch;
+  uint64_t q_desc, p_desc;
+  float o[4][8];
+  float s[8];
+  float m[4], l[4], alpha[4], base[4];
+  int vis[4];
+  int mask_from;
 
-  int item_count = 0;
-  int block_count = 0;
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_start(p);
-  TileWalker walker(p);
-  for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
-    if (!it.run) continue;
-    const bool phases = kSoftmaxOwner && p.item_timeline != nullptr && tid == 0;
-    if (phases) record_item_phase(p, item_count, 0);
-    if (kSoftmaxOwner && tid == 0 && !p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
-    int vis[4];
-    int mask_from = big;
+  __device__ __forceinline__ explicit TileMathNarrow(uint8_t* smem) {
+    tid = threadIdx.x - 128 * (wg + 1);
+    warp = tid / 32;
+    lane = tid % 32;
+    t0 = warp * 16 + lane / 4;
+    row_scale = reinterpret_cast<float*>(smem + SmemLayout::row_scale);
+    p_tile = smem + SmemLayout::p;
+    scratch = reinterpret_cast<float*>(p_tile + kNarrowScratchOffset);
+    q_desc = desc_k_major(smem_addr(smem + SmemLayout::q));
+    p_desc = desc_k_major(smem_addr(p_tile));
+  }
+
+  __device__ __forceinline__ void begin_item(const DecodeParams& p, const Item& it) {
+    mask_from = 0x7fffffff;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int row = it.row_begin + narrow_row(lane, j);
@@ -151,138 +145,126 @@ __device__ __forceinline__ void run_consumer_narrow(const DecodeParams& p, uint8
       if (row < p.rows) mask_from = min(mask_from, vis[j]);
     }
     mask_from = __reduce_min_sync(0xffffffffu, mask_from);  // the same rows in every warp
-    if constexpr (kSoftmaxOwner) Mbarrier::wait(q_full, item_count & 1);
-    if (phases) record_item_phase(p, item_count, 1);
+  }
 
-    float o[4][8];
+  __device__ __forceinline__ void zero_accumulators() {
 #pragma unroll
     for (int b = 0; b < 4; ++b) {
 #pragma unroll
       for (int k = 0; k < 8; ++k) o[b][k] = 0.f;
     }
-    float m[4], l[4];  // consumer 0: the rows' running maxima (log2 units) and partial sums
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      m[j] = neg_inf;
+      m[j] = -__int_as_float(0x7f800000);
       l[j] = 0.f;
     }
-    bool bad = false;
+  }
 
-    for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
-      const int stage = block_count % kStages;
-      Mbarrier::wait(full + stage, (block_count / kStages) & 1);
-      if (phases && blk == it.blk_begin) record_item_phase(p, item_count, 2);
-      bad |= stage_flags[stage] != 0;
-      const uint32_t stage_addr = kv_addr + stage * kTileBytes;
-      const bool last_block = blk + 1 == it.blk_end;
-      float alpha[4];
-      if constexpr (kSoftmaxOwner) {
-        // S^T (64 x 16) = K (64 x d_qk) Q^T, 36 (d_qk 576) or 32 k-steps of 16.
-        float s[8];
-        const uint64_t k_desc = desc_k_major(stage_addr);
-        wgmma_fence();
+  // S^T (64 x 16) = K (64 x d_qk) Q^T, 36 (d_qk 576) or 32 k-steps of 16.
+  __device__ __forceinline__ void compute_s(uint32_t stage_addr) {
+    const uint64_t k_desc = desc_k_major(stage_addr);
+    wgmma_fence();
 #pragma unroll
-        for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
-          const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
-          wgmma_st_narrow(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_accumulators(s);
-        if (last_block) Mbarrier::arrive(q_empty);
+    for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
+      const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
+      wgmma_st_narrow(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(s);
+  }
 
-        const int key0 = blk * kBlockTokens + t0;
-        float mx[4];
+  __device__ __forceinline__ void block_factors(const DecodeParams& p, int blk) {
+    const float neg_inf = -__int_as_float(0x7f800000);
+    const int key0 = blk * kBlockTokens + t0;
+    float mx[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int a = 4 * (j >> 1) + (j & 1);  // s[a]: (token t0, row j), s[a + 2]: (t0 + 8, row j)
-          if ((blk + 1) * kBlockTokens > mask_from) {
-            if (key0 >= vis[j]) s[a] = neg_inf;
-            if (key0 + 8 >= vis[j]) s[a + 2] = neg_inf;
-          }
-          mx[j] = fmaxf(s[a], s[a + 2]);
-        }
-        narrow_reduce_rows<true>(mx, scratch, warp, lane);
-        float base[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          alpha[j] = lazy_rescale(mx[j] * p.scale_log2, m[j]);
-          base[j] = neg_base(m[j]);
-        }
-        const int tail_row = it.seqlen - blk * kBlockTokens;
-        if (tail_row < kBlockTokens) zero_tail_rows(smem + SmemLayout::kv + stage * kTileBytes, tail_row, tid);
-        // Consumer 1 must be done with the previous block's P and factors.
-        if (block_count > 0) named_sync(kBarPFree, kConsumerThreads);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int a = 4 * (j >> 1) + (j & 1), n = narrow_row(lane, j);
-          const float p0 = fast_exp2(fmaf(s[a], p.scale_log2, base[j]));
-          const float p1 = fast_exp2(fmaf(s[a + 2], p.scale_log2, base[j]));
-          l[j] = l[j] * alpha[j] + (p0 + p1);
-          *reinterpret_cast<__nv_bfloat16*>(p_tile + swizzled_offset(n, t0)) = __float2bfloat16_rn(p0);
-          *reinterpret_cast<__nv_bfloat16*>(p_tile + swizzled_offset(n, t0 + 8)) = __float2bfloat16_rn(p1);
-          if (warp == 0 && lane < 4) row_scale[n] = alpha[j];
-        }
-        fence_view_async_shared();
-        named_sync(kBarP, kConsumerThreads);
-      } else {
-        if (last_block) Mbarrier::arrive(q_empty);
-        named_sync(kBarP, kConsumerThreads);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) alpha[j] = row_scale[narrow_row(lane, j)];
+    for (int j = 0; j < 4; ++j) {
+      const int a = 4 * (j >> 1) + (j & 1);  // s[a]: (token t0, row j), s[a + 2]: (t0 + 8, row j)
+      if ((blk + 1) * kBlockTokens > mask_from) {
+        if (key0 >= vis[j]) s[a] = neg_inf;
+        if (key0 + 8 >= vis[j]) s[a + 2] = neg_inf;
       }
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f || alpha[2] != 1.f || alpha[3] != 1.f)) {
+      mx[j] = fmaxf(s[a], s[a + 2]);
+    }
+    narrow_reduce_rows<true>(mx, scratch, warp, lane);
 #pragma unroll
-        for (int b = 0; b < 4; ++b) {
+    for (int j = 0; j < 4; ++j) {
+      alpha[j] = lazy_rescale(mx[j] * p.scale_log2, m[j]);
+      base[j] = neg_base(m[j]);
+    }
+  }
+
+  __device__ __forceinline__ void write_p(const DecodeParams& p) {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            o[b][4 * (j >> 1) + (j & 1)] *= alpha[j];
-            o[b][4 * (j >> 1) + (j & 1) + 2] *= alpha[j];
-          }
-        }
-      }
-      // O^T (64 dims x 16) += V^T P^T per 64-dim box of this consumer, 4 k-steps of 16 tokens.
-      wgmma_fence();
+    for (int j = 0; j < 4; ++j) {
+      const int a = 4 * (j >> 1) + (j & 1), n = narrow_row(lane, j);
+      const float p0 = fast_exp2(fmaf(s[a], p.scale_log2, base[j]));
+      const float p1 = fast_exp2(fmaf(s[a + 2], p.scale_log2, base[j]));
+      l[j] = l[j] * alpha[j] + (p0 + p1);
+      *reinterpret_cast<__nv_bfloat16*>(p_tile + swizzled_offset(n, t0)) = __float2bfloat16_rn(p0);
+      *reinterpret_cast<__nv_bfloat16*>(p_tile + swizzled_offset(n, t0 + 8)) = __float2bfloat16_rn(p1);
+      if (warp == 0 && lane < 4) row_scale[n] = alpha[j];
+    }
+  }
+
+  __device__ __forceinline__ void read_factors() {
 #pragma unroll
-      for (int b = 0; b < 4; ++b) fence_accumulators(o[b]);
+    for (int j = 0; j < 4; ++j) alpha[j] = row_scale[narrow_row(lane, j)];
+  }
+
+  // O^T (64 dims x 16) += V^T P^T per 64-dim box of this consumer, 4 k-steps of 16 tokens.
+  __device__ __forceinline__ void rescale_and_pv(uint32_t stage_addr) {
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f || alpha[2] != 1.f || alpha[3] != 1.f)) {
 #pragma unroll
       for (int b = 0; b < 4; ++b) {
-        const uint64_t v_desc = desc_mn_major(stage_addr + (4 * wg + b) * kBoxBytes);
 #pragma unroll
-        for (int k = 0; k < kBlockTokens / 16; ++k) {
-          wgmma_ot_narrow(desc_advance(v_desc, k * 2048), desc_advance(p_desc, k * 32), o[b]);
+        for (int j = 0; j < 4; ++j) {
+          o[b][4 * (j >> 1) + (j & 1)] *= alpha[j];
+          o[b][4 * (j >> 1) + (j & 1) + 2] *= alpha[j];
         }
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-#pragma unroll
-      for (int b = 0; b < 4; ++b) fence_accumulators(o[b]);
-      if constexpr (!kSoftmaxOwner) named_arrive(kBarPFree, kConsumerThreads);
-      release_stage(empty + stage, lane, p.cluster_size);
     }
-    if (it.blk_begin == it.blk_end) Mbarrier::arrive(q_empty);  // (no block gave it back)
-    if (phases) record_item_phase(p, item_count, 3);
-    ++item_count;
-
-    // Row statistics: consumer 0 sums its rows over tokens and publishes (max, sum).
-    float2* stats = row_stats + (item_count & 1) * kRowsPerCta;
-    if constexpr (kSoftmaxOwner) {
-      narrow_reduce_rows<false>(l, scratch, warp, lane);
-      if (warp == 0 && lane < 4) {
+    wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < 4; ++j) stats[narrow_row(lane, j)] = make_float2(m[j], l[j]);
+    for (int b = 0; b < 4; ++b) fence_accumulators(o[b]);
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const uint64_t v_desc = desc_mn_major(stage_addr + (4 * wg + b) * kBoxBytes);
+#pragma unroll
+      for (int k = 0; k < kBlockTokens / 16; ++k) {
+        wgmma_ot_narrow(desc_advance(v_desc, k * 2048), desc_advance(p_desc, k * 32), o[b]);
       }
     }
-    named_sync(kBarRowStats, kConsumerThreads);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int b = 0; b < 4; ++b) fence_accumulators(o[b]);
+  }
+
+  // Consumer 0 sums its rows over tokens and publishes (max, sum).
+  __device__ __forceinline__ void publish_stats(float2* stats) {
+    narrow_reduce_rows<false>(l, scratch, warp, lane);
+    if (warp == 0 && lane < 4) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) stats[narrow_row(lane, j)] = make_float2(m[j], l[j]);
+    }
+  }
+
+  __device__ __forceinline__ void write_output(const DecodeParams& p, const Item& it, const float2* stats, bool bad) {
     float2 st[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) st[j] = stats[narrow_row(lane, j)];
     write_item_output_narrow(p, it, wg, warp, lane, st, bad, o);
-    if (phases) record_item_phase(p, item_count - 1, 4);
   }
-  if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
-  // Consume consumer 1's arrival after the last block, so no barrier is left half-done.
-  if (kSoftmaxOwner && block_count > 0) named_sync(kBarPFree, kConsumerThreads);
+};
+
+// kSoftmaxOwner: consumer 0 (S^T, softmax, P, dims 0..255); else consumer 1 (256..511).
+template <KernelMode Mode, int QkBoxes, bool kSoftmaxOwner>
+__device__ __forceinline__ void run_consumer_narrow(const DecodeParams& p, uint8_t* smem) {
+  static_assert(Mode == KernelMode::kFull, "narrow tiles have the full kernel only");
+  TileMathNarrow<QkBoxes, kSoftmaxOwner> tile(smem);
+  run_bf16_consumer<Mode, kSoftmaxOwner>(p, smem, tile);
 }
 
 }  // namespace kbmla::sm90
