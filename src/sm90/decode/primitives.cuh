@@ -24,6 +24,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Named barriers over whole, converged warps. The roles meet one barrier at different
+// program locations (consumer 0's kBarP sync and consumer 1's are separate code, as are an
+// arrive and its sync), as the CUTLASS producer / consumer barriers do. compute-sanitizer
+// synccheck reports such a barrier as "divergent threads in block" and racecheck the
+// shared-memory writes it orders as hazards (bench/NOTES.md v39, v42); memcheck is the
+// sanitizer tier's tool. The non-.aligned barrier.sync / barrier.arrive compile to the same
+// BAR instructions but let ptxas re-schedule every kernel around them (the fp8 alternating
+// kernels' spills grew, v42), so the kernels keep bar.sync / bar.arrive.
 __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
