@@ -56,6 +56,19 @@ __device__ __forceinline__ void zero_tail_rows(uint8_t* stage, int first_row, in
   }
 }
 
+// Consumer 0's S chain over a stage's QkBoxes boxes of 64 columns: k-steps of 16 columns
+// (32 bytes within a box), step(off, accumulate) issuing the wgmma at byte offset `off` of
+// both operands, then one commit and wait. Both tile forms (S = Q K^T, S^T = K Q^T).
+template <int QkBoxes, int N, class Step>
+__device__ __forceinline__ void s_chain(float (&s)[N], Step&& step) {
+  wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) step((k / 4) * kBoxBytes + (k % 4) * 32, k > 0);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(s);
+}
+
 // One consumer warpgroup's walk. kSoftmaxOwner: consumer 0 (S, the softmax, P, O columns
 // 0..255), else consumer 1 (columns 256..511); two instantiations, so that each role's
 // wgmma sequence is straight-line code (a role test around wgmma makes ptxas serialise

@@ -163,15 +163,9 @@ struct TileMathNarrow {
   // S^T (64 x 16) = K (64 x d_qk) Q^T, 36 (d_qk 576) or 32 k-steps of 16.
   __device__ __forceinline__ void compute_s(uint32_t stage_addr) {
     const uint64_t k_desc = desc_k_major(stage_addr);
-    wgmma_fence();
-#pragma unroll
-    for (int k = 0; k < QkBoxes * kBoxCols / 16; ++k) {
-      const uint32_t off = (k / 4) * kBoxBytes + (k % 4) * 32;
-      wgmma_st_narrow(desc_advance(k_desc, off), desc_advance(q_desc, off), s, k > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulators(s);
+    s_chain<QkBoxes>(s, [&](uint32_t off, bool acc) {
+      wgmma_st_narrow(desc_advance(k_desc, off), desc_advance(q_desc, off), s, acc);
+    });
   }
 
   __device__ __forceinline__ void block_factors(const DecodeParams& p, int blk) {

@@ -30,8 +30,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 // synccheck reports such a barrier as "divergent threads in block" and racecheck the
 // shared-memory writes it orders as hazards (bench/NOTES.md v39, v42); memcheck is the
 // sanitizer tier's tool. The non-.aligned barrier.sync / barrier.arrive compile to the same
-// BAR instructions but let ptxas re-schedule every kernel around them (the fp8 alternating
-// kernels' spills grew, v42), so the kernels keep bar.sync / bar.arrive.
+// BAR instructions but let ptxas re-schedule 32 of the 48 kernels (the fp8 alternating
+// kernels' stack frames grew, v42), so the kernels keep bar.sync / bar.arrive.
 __device__ __forceinline__ void named_sync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
