@@ -10,6 +10,7 @@
 #include <chrono>
 #include <ctime>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,7 @@ struct Measurement {
   std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
   ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
   tools::ClockSummary clock, graph_clock;        // SM clock during the timed runs (clock_probe.hpp)
+  std::optional<DecodePath> path;                // the full-mode call's kernels and operand types
 };
 
 int run_bench(const BenchOptions& o) {
@@ -288,6 +290,7 @@ int run_bench(const BenchOptions& o) {
       DevicePlan plan = DevicePlan::create(config, d.seqlens, opt);
       m.plan_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       m.split_kv = plan.options().static_splits;
+      if (mode == sm90::KernelMode::kFull) m.path = describe_decode(plan, kv[0], q_e4m3 ? QDtype::kFp8E4m3 : QDtype::kBFloat16);
       DeviceBuffer ws(plan.workspace_bytes());
       const DecodeArgs a = case_args(plan, ws);
       if (o.heat_ms > 0 && rotated_too) {
@@ -477,6 +480,7 @@ int run_bench(const BenchOptions& o) {
         fmt::print("  sm clock {} {}: {}{}\n", bc.name, best.policy, best.clock.describe(),
                    best.graph_clock.samples > 0 ? "; graph " + best.graph_clock.describe() : std::string());
       }
+      if (best.path) fmt::print("  path {} {}: {}\n", bc.name, best.policy, best.path->summary());
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
                           {"page_size", page_size}, {"page_runs", o.page_runs}, {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
@@ -487,6 +491,12 @@ int run_bench(const BenchOptions& o) {
         r["rotated_copies"] = copies;
       }
       if (bc.reference_pct_of_copy) r["reference_pct_of_copy"] = *bc.reference_pct_of_copy;
+      if (best.path) {
+        const DecodePath& dp = *best.path;
+        r["path"] = {{"kernel", dp.kernel},       {"q", dp.q_operand},           {"p", dp.p_operand},
+                     {"kv_loader", dp.kv_loader}, {"combine", dp.combine},       {"cta_rows", dp.cta_rows},
+                     {"cluster_size", dp.cluster_size}, {"fp8_products", dp.fp8_products}};
+      }
       if (best.clock.samples > 0) {
         r["sm_clock_mhz"] = best.clock.mean_sm_mhz;
         r["sm_clock_min_mhz"] = best.clock.min_sm_mhz;

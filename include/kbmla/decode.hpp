@@ -249,6 +249,24 @@ int combine_timeline_blocks(const DevicePlan& plan);
 
 void decode(const DevicePlan& plan, const KvCache& cache, const DecodeArgs& args);
 
+// Which kernels and operand precisions a decode call with this plan, cache and Q dtype
+// takes: the same choices decode() makes (it dispatches on them), made without launching
+// anything. The bench prints it for every case; the accuracy bars follow fp8_products.
+struct DecodePath {
+  std::string kernel;     // the decode kernel and its form, e.g. "fp8 per-tensor split roles, P V over 48 rows"
+  std::string q_operand;  // Q's type in S = Q K^T, and what made it
+  std::string p_operand;  // P's type in O = P V
+  std::string kv_loader;  // how the cache's pages reach shared memory
+  std::string combine;    // the merge kernel of split requests after the decode, or "none (...)"
+  int cta_rows = 0;       // query rows of one CTA's tile (64 a CTA in 2-CTA clusters)
+  int cluster_size = 1;
+  // Q or P enter a tensor-core product as e4m3: the fp8 accuracy bars (against the
+  // reference on the dequantised cache: relative error < 5e-2, worst row < 8e-2) apply.
+  bool fp8_products = false;
+  std::string summary() const;  // one line of the fields above
+};
+DecodePath describe_decode(const DevicePlan& plan, const KvCache& cache, QDtype q_dtype = QDtype::kBFloat16);
+
 // Zeroes the workspace's error word; call once after allocating a workspace.
 void init_workspace(void* workspace, size_t bytes, void* stream);
 // Synchronises the stream and returns the error word (DeviceErrorBits).

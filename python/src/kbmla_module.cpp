@@ -301,6 +301,29 @@ NB_MODULE(_kbmla, m) {
       });
 
   m.def(
+      "describe_decode",
+      [](const DevicePlan& plan, const KvCache& cache, const std::string& q_dtype) {
+        require(q_dtype == "bf16" || q_dtype == "fp8_e4m3", "describe_decode: q_dtype '", q_dtype,
+                "' must be bf16 or fp8_e4m3");
+        const DecodePath d =
+            describe_decode(plan, cache, q_dtype == "fp8_e4m3" ? QDtype::kFp8E4m3 : QDtype::kBFloat16);
+        nb::dict r;
+        r["kernel"] = d.kernel;
+        r["q"] = d.q_operand;
+        r["p"] = d.p_operand;
+        r["kv_loader"] = d.kv_loader;
+        r["combine"] = d.combine;
+        r["cta_rows"] = d.cta_rows;
+        r["cluster_size"] = d.cluster_size;
+        r["fp8_products"] = d.fp8_products;
+        r["summary"] = d.summary();
+        return r;
+      },
+      nb::arg("plan"), nb::arg("cache"), nb::arg("q_dtype") = "bf16",
+      "The kernels and operand types a decode with this plan and cache takes (what decode() dispatches on), "
+      "without launching anything; fp8_products: Q or P enter a tensor-core product as e4m3.");
+
+  m.def(
       "init_workspace",
       [](Tensor workspace, uintptr_t stream) {
         check_tensor(workspace, "workspace", kU8, {-1});

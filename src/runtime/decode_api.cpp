@@ -299,15 +299,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
     impl->host = make_static_plan(shape, seqlens, impl->options.static_splits);
   }
   const HostPlan& h = impl->host;
-  for (int b = 0; b < shape.batch; ++b) {
-    if (h.num_splits[b] <= kCombineNarrowSplits) continue;
-    impl->split_requests.push_back(b);
-    impl->max_wide_splits = std::max(impl->max_wide_splits, h.num_splits[b]);
-  }
-  impl->num_wide_requests = int(impl->split_requests.size());
-  for (int b = 0; b < shape.batch; ++b) {
-    if (h.num_splits[b] > 1 && h.num_splits[b] <= kCombineNarrowSplits) impl->split_requests.push_back(b);
-  }
+  detail::record_split_requests(*impl);
   // Layout: work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests
   const size_t n_wl = h.work_list.size(), B = size_t(shape.batch), n_bounds = h.bounds.size(),
                n_zero = h.zero_fill.size(), n_split = impl->split_requests.size();
@@ -362,11 +354,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
           "decode: an fp8 cache needs kv_scale, a 4-byte aligned device pointer to its fp32 scale");
   require(fp8 || a.kv_scale == nullptr, "decode: kv_scale is set but the cache is ", kv_dtype_name(c.kv_dtype),
           per_block ? " (its scales are in the cache)" : "");
-  const bool q_e4m3 = a.q_dtype == QDtype::kFp8E4m3;
-  require(a.q_dtype == QDtype::kBFloat16 || q_e4m3, "decode: q_dtype (", int(a.q_dtype),
-          ") is not one of kBFloat16, kFp8E4m3");
-  require(!q_e4m3 || fp8, "decode: q_dtype kFp8E4m3 needs a per-tensor fp8 cache (kv_dtype kFp8E4m3); the ",
-          kv_dtype_name(c.kv_dtype), " kernel reads a bf16 Q");
+  const detail::QPath q_path = detail::choose_q_path(P, a.q_dtype);  // (checks q_dtype)
+  const bool q_e4m3 = q_path == detail::QPath::kCallerE4m3;
   require(!q_e4m3 || (a.q_scale != nullptr && aligned(a.q_scale, 4)),
           "decode: an e4m3 Q needs q_scale, a 4-byte aligned device pointer to its fp32 scale");
   require(q_e4m3 || a.q_scale == nullptr, "decode: q_scale is set but q is bf16 (q_dtype kBFloat16)");
@@ -385,7 +374,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   sm90::QuantizeQArgs quantize{};
   std::optional<detail::QSource> q_source;  // the per-tensor kernel's in-kernel quantisation
   bool q_staged = false;                    // the split-role kernel's staged bf16 Q
-  if (fp8 && q_e4m3) {
+  if (q_e4m3) {
     // The caller's e4m3 Q and its one scale (every row reads q_scale[0]).
     const int64_t row_stride = detail::check_e4m3_q(c, B, a);
     detail::fp8_q_maps_for(c, int64_t{B} * c.q_len * c.heads, a.q, row_stride, P.q_maps, q_maps, q_pe_col);
@@ -396,7 +385,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     // (bf16, by TMA).
     const detail::QSource q = detail::check_q(c, B, a);
     const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
-    if (narrow && detail::fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) q_source = q;
+    if (q_path == detail::QPath::kInline) q_source = q;
     const Fp8QArea area = fp8_q_area(h, c);
     uint8_t* q8 = ws_base + area.q8_offset;
     float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
@@ -405,16 +394,16 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
                                  q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
-  } else if (fp8 && detail::fp8_stages_q_in_kernel(P)) {
+  } else if (q_path == detail::QPath::kStaged) {
     // The split-role kernel's Q (q_staged_fp8.cuh): the bf16 rows by TMA in boxes of 32
     // rows, quantised by its softmax warpgroup; no quantiser kernel.
     detail::q_maps_for(c, B, a, P.q_maps, q_maps, q_pe_col, sm90::kFp8StagedQRows);
     q_staged = true;
-  } else if (fp8 && detail::fp8_quantises_q_in_kernel(P, c.heads * c.q_len)) {
+  } else if (q_path == detail::QPath::kInline) {
     // A bf16 Q that the decode's consumers quantise per row themselves (q_inline_fp8.cuh):
     // no Q maps, no quantiser kernel.
     q_source = detail::check_q(c, B, a);
-  } else if (fp8) {
+  } else if (q_path == detail::QPath::kQuantiserKernel) {
     // Q to e4m3 per row, into the workspace; launched ahead of the decode on the same
     // stream once every host check has passed.
     const detail::QSource q = detail::check_q(c, B, a);
@@ -432,26 +421,15 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   const KeyVisibility vis = detail::key_visibility(c, a);
 
   const WorkspaceLayout ws = workspace_layout(h.counts.num_slots, c.heads * c.q_len, c.d_v);
-  sm90::DecodeParams p{};
+  // The fields the kernel choice reads (shape, pages and parts, the row gather), as
+  // describe_decode sets them; then the call's own.
+  const bool half_parts = detail::uses_half_parts(P, cache.half_part_tensor_map() != nullptr);
+  sm90::DecodeParams p = detail::kernel_choice_params(P, cache.half_part_tensor_map() != nullptr);
   p.batch = B;
-  p.q_len = c.q_len;
-  p.heads = c.heads;
-  p.rows = c.heads * c.q_len;
-  p.d_qk = c.d_qk;
   p.num_q_tiles = h.counts.num_q_tiles;
-  p.tile_rows = h.shape.tile_rows;
-  p.cluster_size = h.shape.cluster_size;
-  p.page_size = c.page_size;
-  p.page_log2 = __builtin_ctz(unsigned(c.page_size));  // a power of two (validate_config)
-  // The per-tensor fp8 cache's narrow tiles load pages of 64 tokens or more in parts of 32
-  // (KvCache::half_part_tensor_map); everything else in parts of min(page_size, 64).
-  const bool half_parts = fp8 && sm90::fp8_narrow(c.heads * c.q_len, h.shape.cluster_size) &&
-                          cache.half_part_tensor_map() != nullptr;
-  p.part_log2 = half_parts ? 5 : std::min(p.page_log2, 6);
   p.max_pages = a.max_pages;
   p.seqlen_capacity = int(std::min<int64_t>(int64_t{a.max_pages} * c.page_size, std::numeric_limits<int>::max()));
   p.num_pages = cache.num_pages();
-  p.gather_rows = detail::gathers_rows(c);
   p.kv_cache = static_cast<const uint8_t*>(cache.data());
   p.kv_scale = a.kv_scale;
   p.q_scale = q_scale;
@@ -529,8 +507,6 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   CombineParams cp = detail::combine_plan_params(P);
   cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
-  // The decode epilogues: fp32 partials from the bf16-cache kernel, bf16 from the fp8 ones.
-  cp.partial_format = c.kv_dtype == KvDtype::kBFloat16 ? PartialFormat::kFp32 : PartialFormat::kBf16;
   cp.partial_lse = p.partial_lse;
   cp.output = output;
   launch_combine(cp, stream);

@@ -50,18 +50,11 @@ bool gathers_rows(const DecodeConfig& c) {
 
 namespace {
 // Whether a per-tensor fp8 call of this plan runs the split-role kernel (kernel.hpp,
-// fp8_split_roles), from the DecodeParams fields that predicate reads, set as
-// decode_with_mode sets them for requests of more than 16 rows (parts of min(page, 64)
-// tokens, the row gather below 8-token pages, the plan's cluster size).
+// fp8_split_roles). Half parts only serve tiles of at most 16 rows, which the split-role
+// kernel never takes, so the cache's maps do not matter here.
 bool per_tensor_split_kernel(const DevicePlan::Impl& P) {
-  const DecodeConfig& c = P.config;
-  sm90::DecodeParams p{};
-  p.cluster_size = P.host.shape.cluster_size;
-  p.rows = c.heads * c.q_len;
-  p.d_qk = c.d_qk;
-  p.gather_rows = gathers_rows(c);
-  p.part_log2 = std::min(__builtin_ctz(unsigned(c.page_size)), 6);
-  return c.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_split_kernel_wanted(p);
+  const sm90::DecodeParams p = kernel_choice_params(P, /*cache_has_half_parts=*/false);
+  return P.config.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_split_kernel_wanted(p);
 }
 
 // KBMLA_Q_INLINE: "always", "never", or "auto" / unset (nullptr). Read per call (tests
@@ -97,6 +90,66 @@ bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
   return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
 }
 
+QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
+  const DecodeConfig& c = P.config;
+  const bool fp8 = c.kv_dtype == KvDtype::kFp8E4m3;
+  require(q_dtype == QDtype::kBFloat16 || q_dtype == QDtype::kFp8E4m3, "decode: q_dtype (", int(q_dtype),
+          ") is not one of kBFloat16, kFp8E4m3");
+  require(q_dtype == QDtype::kBFloat16 || fp8, "decode: q_dtype kFp8E4m3 needs a per-tensor fp8 cache (kv_dtype ",
+          "kFp8E4m3); the ", kv_dtype_name(c.kv_dtype), " kernel reads a bf16 Q");
+  const int rows = c.heads * c.q_len;
+  if (c.kv_dtype == KvDtype::kBFloat16) return QPath::kBf16;
+  if (c.kv_dtype == KvDtype::kFp8E4m3PerBlock) {
+    // Only the narrow per-block kernel quantises in its consumers (its wide form has no
+    // shared memory left for the row scales: bench/NOTES.md v27).
+    const bool narrow = sm90::fp8_block_narrow(rows, P.host.shape.cluster_size);
+    return narrow && fp8_quantises_q_in_kernel(P, rows) ? QPath::kInline : QPath::kQuantiserKernel;
+  }
+  if (q_dtype == QDtype::kFp8E4m3) return QPath::kCallerE4m3;
+  if (fp8_stages_q_in_kernel(P)) return QPath::kStaged;
+  if (fp8_quantises_q_in_kernel(P, rows)) return QPath::kInline;
+  return QPath::kQuantiserKernel;
+}
+
+bool uses_half_parts(const DevicePlan::Impl& P, bool cache_has_half_parts) {
+  const DecodeConfig& c = P.config;
+  return c.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_narrow(c.heads * c.q_len, P.host.shape.cluster_size) &&
+         cache_has_half_parts;
+}
+
+sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P, bool cache_has_half_parts) {
+  const DecodeConfig& c = P.config;
+  sm90::DecodeParams p{};
+  p.q_len = c.q_len;
+  p.heads = c.heads;
+  p.rows = c.heads * c.q_len;
+  p.d_qk = c.d_qk;
+  p.tile_rows = P.host.shape.tile_rows;
+  p.cluster_size = P.host.shape.cluster_size;
+  p.page_size = c.page_size;
+  p.page_log2 = __builtin_ctz(unsigned(c.page_size));  // a power of two (validate_config)
+  // The per-tensor fp8 cache's narrow tiles load pages of 64 tokens or more in parts of 32
+  // (KvCache::half_part_tensor_map); everything else in parts of min(page_size, 64).
+  p.part_log2 = uses_half_parts(P, cache_has_half_parts) ? 5 : std::min(p.page_log2, 6);
+  p.gather_rows = gathers_rows(c);
+  return p;
+}
+
+void record_split_requests(DevicePlan::Impl& P) {
+  const HostPlan& h = P.host;
+  P.split_requests.clear();
+  P.max_wide_splits = 0;
+  for (int b = 0; b < h.shape.batch; ++b) {
+    if (h.num_splits[b] <= kCombineNarrowSplits) continue;
+    P.split_requests.push_back(b);
+    P.max_wide_splits = std::max(P.max_wide_splits, h.num_splits[b]);
+  }
+  P.num_wide_requests = int(P.split_requests.size());
+  for (int b = 0; b < h.shape.batch; ++b) {
+    if (h.num_splits[b] > 1 && h.num_splits[b] <= kCombineNarrowSplits) P.split_requests.push_back(b);
+  }
+}
+
 CombineParams combine_plan_params(const DevicePlan::Impl& P) {
   const HostPlan& h = P.host;
   CombineParams cp{};
@@ -105,6 +158,8 @@ CombineParams combine_plan_params(const DevicePlan::Impl& P) {
   cp.heads = P.config.heads;
   cp.rows = P.config.heads * P.config.q_len;
   cp.tile_rows = h.shape.tile_rows;
+  // The decode epilogues: fp32 partials from the bf16-cache kernel, bf16 from the fp8 ones.
+  cp.partial_format = P.config.kv_dtype == KvDtype::kBFloat16 ? PartialFormat::kFp32 : PartialFormat::kBf16;
   cp.splits = P.splits;
   cp.split_requests = P.split_requests_dev;
   cp.num_split_requests = int(P.split_requests.size());

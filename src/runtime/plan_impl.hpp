@@ -11,6 +11,7 @@
 #include "src/combine/combine.hpp"
 #include "src/plan/device_planner.hpp"
 #include "src/runtime/tensor_maps.hpp"
+#include "src/sm90/decode/kernel.hpp"
 
 namespace kbmla {
 
@@ -55,6 +56,28 @@ bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows);
 // Whether the per-tensor fp8 call stages its bf16 Q for the split-role kernel to quantise
 // (DecodeParams::q_staged; launch_choices.cpp), taking precedence over the above.
 bool fp8_stages_q_in_kernel(const DevicePlan::Impl& P);
+
+// How a call's Q reaches the decode kernel's S (decode_with_mode branches on it): the
+// caller's bf16 or e4m3 rows, or e4m3 rows quantised per row by the quantiser kernel, by
+// the decode's consumers (q_inline_fp8.cuh) or from bf16 rows staged by TMA (the split-role
+// kernel's softmax warpgroup, q_staged_fp8.cuh). Checks q_dtype against the cache dtype.
+enum class QPath { kBf16, kCallerE4m3, kQuantiserKernel, kInline, kStaged };
+QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype);
+
+// Whether the per-tensor fp8 cache's pages stream in 32-token parts (the narrow tiles, when
+// the cache has those maps: KvCache::half_part_tensor_map).
+bool uses_half_parts(const DevicePlan::Impl& P, bool cache_has_half_parts);
+
+// The DecodeParams fields that the kernel choice (sm90::choose_*_kernel) reads, set as the
+// decode call sets them: rows, cluster size, d_qk, page and part sizes, the row gather.
+sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P, bool cache_has_half_parts);
+
+// describe_decode without the device objects (decode_path.cpp).
+DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts, QDtype q_dtype);
+
+// The plan's split requests for the combine (DevicePlan::Impl::split_requests: wide ones,
+// of more than kCombineNarrowSplits splits, first), from the host plan's split counts.
+void record_split_requests(DevicePlan::Impl& P);
 
 // What the combine takes from the plan (the per-call pointers are the caller's to add).
 CombineParams combine_plan_params(const DevicePlan::Impl& P);

@@ -40,6 +40,7 @@ std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vec
   const PlanShape shape = decode_plan_shape(impl->config, int(seqlens.size()), impl->options);
   impl->host =
       policy == Policy::kWorkList ? make_host_plan(shape, seqlens) : make_static_plan(shape, seqlens, static_splits);
+  detail::record_split_requests(*impl);
   return impl;
 }
 
@@ -364,6 +365,121 @@ TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 4)));    // two loader warps
   EXPECT_TRUE(sm90::fp8_block_split_roles(params(64, 1, 3)));
   EXPECT_FALSE(sm90::fp8_block_split_roles(params(64, 1, 0)));   // row gather
+}
+
+// The kernel each call takes (sm90::choose_*_kernel on kernel_choice_params, what the
+// launch functions dispatch on) and what describe_decode reports of it.
+sm90::KernelChoice chosen(const DevicePlan::Impl& P, bool half_parts = true) {
+  const sm90::DecodeParams p = detail::kernel_choice_params(P, half_parts);
+  switch (P.config.kv_dtype) {
+    case KvDtype::kBFloat16: return sm90::choose_bf16_kernel(p, sm90::KernelMode::kFull);
+    case KvDtype::kFp8E4m3: return sm90::choose_fp8_kernel(p);
+    case KvDtype::kFp8E4m3PerBlock: return sm90::choose_fp8_block_kernel(p);
+  }
+  return {};
+}
+
+TEST(DecodePath, KernelChoiceByShapeAndPage) {
+  EnvGuard env(nullptr);
+  using K = sm90::DecodeKernel;
+  const std::vector<int32_t> two = {4096, 700};
+  const CacheShape bf16{64, 576, KvDtype::kBFloat16}, block{64, 576, KvDtype::kFp8E4m3PerBlock};
+  // bf16: narrow consumers up to 16 rows (TMA pages of 32+), else the 64-row tile; pages of
+  // 8 and 16 with two loader warps, below 8 the row gather (which the spike modes lack).
+  EXPECT_EQ(chosen(*host_plan(16, 1, two, 132, Policy::kWorkList, 1, bf16)).kernel, K::kBf16Narrow);
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, bf16)).kernel, K::kBf16Tile64);
+  EXPECT_EQ(chosen(*host_plan(16, 1, two, 132, Policy::kWorkList, 1, {512 / 32, 576, KvDtype::kBFloat16}))
+                .two_loader_warps,
+            true);
+  EXPECT_EQ(chosen(*host_plan(16, 1, two, 132, Policy::kWorkList, 1, {64, 512, KvDtype::kBFloat16})).kernel,
+            K::kBf16Tile64);  // d_qk 512 keeps the 64-row consumers
+  {
+    const auto plan = host_plan(16, 1, two, 132, Policy::kWorkList, 1, {4, 576, KvDtype::kBFloat16});
+    const sm90::DecodeParams p = detail::kernel_choice_params(*plan, false);
+    EXPECT_TRUE(sm90::choose_bf16_kernel(p, sm90::KernelMode::kFull).gather_rows);
+    EXPECT_THROW(sm90::choose_bf16_kernel(p, sm90::KernelMode::kLoadOnly), Error);
+  }
+  // Per-tensor fp8: narrow up to 16 rows (32-token parts when the cache has them), the
+  // split-role kernel for 17..64 rows (P V over 32 / 48 / 64) and for 2-CTA clusters, the
+  // alternating kernel for the row gather and d_qk 512 with two loader warps.
+  {
+    const sm90::KernelChoice k = chosen(*host_plan(16, 1, two, 132));
+    EXPECT_EQ(k.kernel, K::kFp8Narrow);
+    EXPECT_EQ(detail::kernel_choice_params(*host_plan(16, 1, two, 132), true).part_log2, 5);
+    EXPECT_EQ(detail::kernel_choice_params(*host_plan(16, 1, two, 132), false).part_log2, 6);
+    EXPECT_EQ(detail::kernel_choice_params(*host_plan(16, 4, two, 132), true).part_log2, 6);
+  }
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132)).kernel, K::kFp8Split);
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132)).pv_rows, 64);
+  EXPECT_EQ(chosen(*host_plan(12, 4, two, 132)).pv_rows, 48);
+  EXPECT_EQ(chosen(*host_plan(12, 4, two, 132, Policy::kWorkList, 1, {64, 512})).pv_rows, 64);  // d_qk 512
+  EXPECT_EQ(chosen(*host_plan(128, 1, two, 132)).kernel, K::kFp8Split);
+  EXPECT_EQ(host_plan(128, 1, two, 132)->host.shape.cluster_size, 2);
+  EXPECT_TRUE(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, {16, 576})).two_loader_warps);
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, {16, 512})).kernel, K::kFp8Alternating);
+  EXPECT_FALSE(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, {16, 512})).two_loader_warps);
+  EXPECT_TRUE(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, {4, 576})).gather_rows);
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, {4, 576})).kernel, K::kFp8Alternating);
+  {
+    EnvGuard roles("never", "KBMLA_FP8_SPLIT_ROLES");
+    EXPECT_EQ(chosen(*host_plan(16, 4, two, 132)).kernel, K::kFp8Alternating);
+    EXPECT_TRUE(chosen(*host_plan(128, 1, two, 132)).cluster_copies);
+  }
+  // Per-block: the same rules with its own kernels; d_qk 512 is not supported.
+  EXPECT_EQ(chosen(*host_plan(16, 1, two, 132, Policy::kWorkList, 1, block)).kernel, K::kFp8BlockNarrow);
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, block)).kernel, K::kFp8BlockSplit);
+  EXPECT_EQ(chosen(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, {4, 576, KvDtype::kFp8E4m3PerBlock})).kernel,
+            K::kFp8BlockAlternating);
+}
+
+TEST(DecodePath, QAndPOperandsAndTheCombine) {
+  EnvGuard env(nullptr);
+  const std::vector<int32_t> two = {4096, 700};
+  const std::vector<int32_t> many = {300, 900, 64, 2000, 5, 700, 1200};
+  const CacheShape bf16{64, 576, KvDtype::kBFloat16}, block{64, 576, KvDtype::kFp8E4m3PerBlock};
+  auto path = [](const std::unique_ptr<DevicePlan::Impl>& plan, QDtype q = QDtype::kBFloat16) {
+    return detail::describe_decode(*plan, true, q);
+  };
+  // Q paths: the caller's, the split-role kernel's staged Q, the consumers', the quantiser.
+  using detail::QPath;
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, bf16), QDtype::kBFloat16),
+            QPath::kBf16);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, many, 3), QDtype::kFp8E4m3), QPath::kCallerE4m3);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, many, 3), QDtype::kBFloat16), QPath::kStaged);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 1, many, 3), QDtype::kBFloat16), QPath::kInline);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, many, 3, Policy::kWorkList, 1, block), QDtype::kBFloat16),
+            QPath::kQuantiserKernel);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 1, many, 3, Policy::kWorkList, 1, block), QDtype::kBFloat16),
+            QPath::kInline);
+  {
+    EnvGuard never("never");
+    EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, many, 3), QDtype::kBFloat16), QPath::kQuantiserKernel);
+  }
+  EXPECT_THROW(detail::choose_q_path(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, bf16), QDtype::kFp8E4m3),
+               Error);
+  EXPECT_THROW(detail::choose_q_path(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, block), QDtype::kFp8E4m3),
+               Error);
+  // The accuracy class: every fp8 kernel takes Q and P as e4m3, the bf16 one neither.
+  const DecodePath b = path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, bf16));
+  EXPECT_FALSE(b.fp8_products);
+  EXPECT_EQ(b.p_operand, "bf16");
+  EXPECT_EQ(b.cta_rows, 64);
+  const DecodePath t = path(host_plan(16, 1, two, 132));
+  EXPECT_TRUE(t.fp8_products);
+  EXPECT_EQ(t.cta_rows, 16);
+  EXPECT_NE(t.kv_loader.find("parts of 32 tokens"), std::string::npos) << t.kv_loader;
+  EXPECT_NE(t.q_operand.find("quantised by the decode's consumers"), std::string::npos) << t.q_operand;
+  EXPECT_TRUE(path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, block)).fp8_products);
+  const DecodePath c = path(host_plan(128, 1, two, 132));
+  EXPECT_EQ(c.cluster_size, 2);
+  EXPECT_EQ(c.cta_rows, 64);
+  EXPECT_NE(c.summary().find("2-CTA clusters"), std::string::npos) << c.summary();
+  EXPECT_NE(path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, {4, 576})).kv_loader.find("row gather"),
+            std::string::npos);
+  // The combine: none when no request is split, else the merge kernel's grid.
+  EXPECT_EQ(path(host_plan(16, 1, {4096, 4096}, 132, Policy::kStatic, 1)).combine, "none (no split request)");
+  const DecodePath split = path(host_plan(16, 1, {131072}, 132));
+  EXPECT_NE(split.combine.find("merge kernel"), std::string::npos) << split.combine;
 }
 
 }  // namespace

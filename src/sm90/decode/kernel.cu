@@ -134,25 +134,15 @@ int max_active_clusters(int cluster_size) {
 
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode) {
-  if (p.gather_rows) {  // small pages: the row-gather instantiations, full mode only
-    require(mode == KernelMode::kFull, "decode: page_size ", p.page_size, " (row gather) has the full kernel only");
-    if (p.d_qk == kDqkNoRope) {
-      return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols, true>(q_maps, kv_map, p, grid, stream);
-    }
-    return launch_mode<KernelMode::kFull, kQkBoxes, true>(q_maps, kv_map, p, grid, stream);
+  const KernelChoice k = choose_bf16_kernel(p, mode);  // (kernel_choice.cpp: the rules)
+  const bool no_rope = p.d_qk == kDqkNoRope;
+  if (k.gather_rows) {
+    return no_rope ? launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols, true>(q_maps, kv_map, p, grid, stream)
+                   : launch_mode<KernelMode::kFull, kQkBoxes, true>(q_maps, kv_map, p, grid, stream);
   }
-  if (p.d_qk == kDqkNoRope) {
-    require(mode == KernelMode::kFull, "decode: d_qk ", kDqkNoRope, " has the full kernel only (no spike modes)");
-    return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);
-  }
-  require(p.d_qk == kDqk, "decode: d_qk (", p.d_qk, ") is not supported; supported: ", kDqk, ", ", kDqkNoRope);
-  // Two loader warps for pages of 8 and 16 tokens (d_qk 576, full mode; kernel.hpp).
-  if (mode == KernelMode::kFull && two_loader_warps(p, p.page_log2)) {
-    return launch_mode<KernelMode::kFull, kQkBoxes, false, true>(q_maps, kv_map, p, grid, stream);
-  }
-  // (The spike modes keep the 64-row consumers: bench --spike of a tile of at most 16 rows
-  // measures those.)
-  if (mode == KernelMode::kFull && bf16_narrow_tile(p)) {
+  if (no_rope) return launch_mode<KernelMode::kFull, kDqkNoRope / kBoxCols>(q_maps, kv_map, p, grid, stream);
+  if (k.two_loader_warps) return launch_mode<KernelMode::kFull, kQkBoxes, false, true>(q_maps, kv_map, p, grid, stream);
+  if (k.kernel == DecodeKernel::kBf16Narrow) {
     return launch_mode<KernelMode::kFull, kQkBoxes, false, false, true>(q_maps, kv_map, p, grid, stream);
   }
   switch (mode) {

@@ -166,6 +166,30 @@ void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, co
 inline bool fp8_block_narrow(int rows, int cluster_size) { return fp8_narrow(rows, cluster_size); }
 constexpr uint32_t kFp8BlockNarrowQRows = 16;
 
+// The decode kernel a call's DecodeParams select. The three launch functions dispatch on
+// these choices, and describe_decode (src/runtime/decode_path.cpp) reports them, so what
+// is reported is what runs. Throws kbmla::Error for what no kernel supports.
+enum class DecodeKernel {
+  kBf16Tile64,      // bf16: two consumer warpgroups on a 64-row tile (consumer.cuh)
+  kBf16Narrow,      // bf16: tiles of at most 16 rows, S^T and O^T with N = 16 (consumer_narrow.cuh)
+  kFp8Alternating,  // per-tensor fp8: two consumers alternate blocks (consumer_fp8.cuh)
+  kFp8Narrow,       // per-tensor fp8: tiles of at most 16 rows, N = 16
+  kFp8Split,        // per-tensor fp8: a softmax warpgroup and two P V warpgroups (consumer_fp8_split.cuh)
+  kFp8BlockAlternating,
+  kFp8BlockNarrow,
+  kFp8BlockSplit,
+};
+struct KernelChoice {
+  DecodeKernel kernel = DecodeKernel::kBf16Tile64;
+  bool two_loader_warps = false;  // a second TMA loader warp takes the odd parts of a block
+  bool gather_rows = false;       // pages gathered row by row with cp.async instead of TMA
+  bool cluster_copies = false;    // the alternating per-tensor kernel's 2-CTA form (one consumer copy each)
+  int pv_rows = 64;               // the split-role kernels' P V rows (N: 64, 48 or 32)
+};
+KernelChoice choose_bf16_kernel(const DecodeParams& p, KernelMode mode);  // kernel.cu
+KernelChoice choose_fp8_kernel(const DecodeParams& p);                    // kernel_fp8.cu
+KernelChoice choose_fp8_block_kernel(const DecodeParams& p);              // kernel_fp8_block.cu
+
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to
 // e4m3 per row: scale = max |q| / 448, q8 = q / scale. q8 dense [rows][d_qk], scales [rows].
 struct QuantizeQArgs {

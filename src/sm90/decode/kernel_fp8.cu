@@ -111,29 +111,24 @@ void launch(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p
 
 void launch_decode_fp8(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                        cudaStream_t stream, bool after_quantiser) {
-  require(p.d_qk == kDqk || p.d_qk == kDqkNoRope, "decode (fp8): d_qk (", p.d_qk, ") is not supported; supported: ",
-          kDqk, ", ", kDqkNoRope);
-  const bool split = fp8_split_kernel_wanted(p);
+  const KernelChoice k = choose_fp8_kernel(p);  // (kernel_choice.cpp: the rules)
   // (The host's choice of the staged Q and the kernel's choice here read the same
   // predicate: launch_choices.cpp, per_tensor_split_kernel.)
-  require(split || !p.q_staged, "decode (fp8): internal error: a staged Q (", p.rows,
+  require(k.kernel == DecodeKernel::kFp8Split || !p.q_staged, "decode (fp8): internal error: a staged Q (", p.rows,
           " rows) for a kernel other than the split-role one");
-  if (split) return launch_decode_fp8_split(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (k.kernel == DecodeKernel::kFp8Split) return launch_decode_fp8_split(q_maps, kv_maps, p, grid, stream, after_quantiser);
   // At most 16 query rows in the (one-CTA) tile: P V with N = 16.
-  const bool narrow = fp8_narrow(p.rows, p.cluster_size);
+  const bool narrow = k.kernel == DecodeKernel::kFp8Narrow;
   if (p.d_qk == kDqkNoRope) {
     return narrow ? fp8::launch<kDqkNoRope / kBoxCols, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kDqkNoRope / kBoxCols, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
-  // Two loader warps for pages of 8 and 16 tokens (d_qk 576 only, to keep the
-  // instantiations few: d_qk 512 loads them with one warp; not measured there, d_qk 576's
-  // page 16 gained 9-10 %).
-  if (two_loader_warps(p, p.part_log2)) {
+  if (k.two_loader_warps) {
     return narrow ? fp8::launch<kQkBoxes, 8, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : fp8::launch<kQkBoxes, 32, false, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
   if (narrow) return fp8::launch<kQkBoxes, 8>(q_maps, kv_maps, p, grid, stream, after_quantiser);
-  if (p.cluster_size > 1) return fp8::launch<kQkBoxes, 32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (k.cluster_copies) return fp8::launch<kQkBoxes, 32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   fp8::launch<kQkBoxes, 32>(q_maps, kv_maps, p, grid, stream, after_quantiser);
 }
 

@@ -93,14 +93,13 @@ void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeP
 
 void launch_decode_fp8_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeParams& p, dim3 grid,
                              cudaStream_t stream, bool after_quantiser) {
-  require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
-  if (fp8_block_split_kernel_wanted(p)) {
+  const KernelChoice k = choose_fp8_block_kernel(p);  // (kernel_choice.cpp: the rules)
+  if (k.kernel == DecodeKernel::kFp8BlockSplit) {
     return launch_decode_fp8_block_split(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
-  // q_maps.latent / .rope have 16-row boxes for this kernel (fp8_block_narrow).
-  const bool narrow = fp8_block_narrow(p.rows, p.cluster_size);
-  // Two loader warps for pages of 8 and 16 tokens (kernel.hpp).
-  if (two_loader_warps(p, p.page_log2)) {
+  // q_maps.latent / .rope have 16-row boxes for the narrow kernel (fp8_block_narrow).
+  const bool narrow = k.kernel == DecodeKernel::kFp8BlockNarrow;
+  if (k.two_loader_warps) {
     return narrow ? launch_block<8, true>(q_maps, kv_maps, p, grid, stream, after_quantiser)
                   : launch_block<32, true>(q_maps, kv_maps, p, grid, stream, after_quantiser);
   }
