@@ -115,8 +115,10 @@ def test_fp8_cache_matches_the_dequantised_reference():
     assert kv.kv_dtype == "fp8_e4m3"
     path = kbmla.describe_decode(plan, kv)
     assert path["fp8_products"] and path["p"].startswith("e4m3"), path
-    assert not kbmla.describe_decode(kbmla.Plan.create(kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN), SEQLENS),
-                                     kbmla.KvCache(cache))["fp8_products"]
+    bf16_path = kbmla.describe_decode(kbmla.Plan.create(CFG, SEQLENS), kbmla.KvCache(cache))
+    assert not bf16_path["fp8_products"] and bf16_path["p"] == "bf16", bf16_path
+    with pytest.raises(ValueError, match="q_dtype"):
+        kbmla.describe_decode(kbmla.Plan.create(CFG, SEQLENS), kbmla.KvCache(cache), q_dtype="fp8_e4m3")
     out, lse, ws = buffers(q, plan)
     kv_scale = torch.tensor([scale], dtype=torch.float32, device="cuda")
     kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream,
