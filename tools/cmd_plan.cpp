@@ -2,16 +2,19 @@
 // beside the fairest static split, in the planner's cost model.
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "kbmla/decode.hpp"
 #include "kbmla/error.hpp"
 #include "kbmla/helpers.hpp"
 #include "kbmla/planner.hpp"
 #include "kbmla/static_baseline.hpp"
+#include "src/runtime/plan_impl.hpp"
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
 
@@ -47,7 +50,33 @@ struct PlanReport {
   std::map<int, int> splits_histogram;  // splits -> requests
   double plan_us = 0;
   std::vector<PolicyReport> policies;
+  std::string path;  // the work-list call's kernels (describe_decode's summary), or why not
 };
+
+// The decode path of the work-list plan, as a call with a bf16 Q on a GPU of `sms` SMs
+// would take it (the cache's 32-token part maps assumed present: pages of 64+ tokens).
+// Needs no GPU: the plan is made on the host and not uploaded.
+std::string decode_path(int heads, int q_len, int d_qk, int page_size, KvDtype kv_dtype, bool causal, int sms,
+                        const std::optional<CostModel>& cost, const std::vector<int32_t>& seqlens) {
+  try {
+    DecodeConfig c;
+    c.heads = heads;
+    c.q_len = q_len;
+    c.d_qk = d_qk;
+    c.page_size = page_size;
+    c.kv_dtype = kv_dtype;
+    c.causal = causal;
+    c.softmax_scale = 1.f;
+    kbmla::PlanOptions options;
+    options.num_ctas = sms;
+    options.cost = cost;
+    const auto impl = detail::make_host_impl(c, seqlens, options);
+    impl->device_sm_count = sms;
+    return detail::describe_decode(*impl, page_size >= 64, QDtype::kBFloat16).summary();
+  } catch (const Error& e) {
+    return std::string("n/a: ") + e.what();
+  }
+}
 
 PlanReport make_report(const std::string& name, const PlanShape& shape, const std::vector<int32_t>& seqlens) {
   PlanReport r;
@@ -86,6 +115,7 @@ nlohmann::json to_json(const PlanReport& r) {
   j["num_partial_slots"] = r.plan.counts.num_slots;
   j["workspace_bytes"] = r.plan.workspace_bytes(512);
   j["host_plan_us"] = r.plan_us;
+  j["decode_path"] = r.path;
   nlohmann::json hist = nlohmann::json::object();
   for (auto [s, n] : r.splits_histogram) hist[std::to_string(s)] = n;
   j["splits_histogram"] = hist;
@@ -133,6 +163,7 @@ void print_report(const PlanReport& r) {
   std::string hist;
   for (auto [s, n] : r.splits_histogram) hist += fmt::format(" {}x{}", n, s);
   fmt::print("splits per request (requests x splits):{}\n", hist);
+  fmt::print("decode path: {}\n", r.path);
   fmt::print("per-slot cost (cost model, ns)    split_kv        min       mean        max   max/mean\n");
   for (const auto& p : r.policies) {
     fmt::print("  {:<30} {:>8} {:>10} {:>10.0f} {:>10} {:>10.3f}\n", p.policy,
@@ -155,6 +186,10 @@ PlanShape shape_for(int batch, int q_len, int heads, KvDtype kv_dtype, const Pla
   return s;
 }
 
+std::optional<CostModel> cost_of(const PlanOptions& o) {
+  return o.cost_given ? std::optional<CostModel>(o.cost) : std::nullopt;
+}
+
 int run_plan(const PlanOptions& o) {
   require(o.seqlens_csv.empty() != o.case_name.empty(), "plan: give exactly one of --seqlens or --case");
   std::vector<PlanReport> reports;
@@ -162,6 +197,7 @@ int run_plan(const PlanOptions& o) {
     std::vector<int32_t> seqlens = parse_seqlens_csv(o.seqlens_csv);
     const KvDtype kv_dtype = o.kv_dtype.empty() ? KvDtype::kBFloat16 : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
     reports.push_back(make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, kv_dtype, o), seqlens));
+    reports.back().path = decode_path(o.heads, o.q_len, 576, 64, kv_dtype, !o.no_causal, o.sms, cost_of(o), seqlens);
   } else {
     std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
     for (const auto& c : cases) {
@@ -169,6 +205,8 @@ int run_plan(const PlanOptions& o) {
       std::vector<int32_t> seqlens(c.seqlens.begin(), c.seqlens.end());
       const KvDtype kv_dtype = o.kv_dtype.empty() ? c.kv_dtype : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
       reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, kv_dtype, o), seqlens));
+      reports.back().path =
+          decode_path(c.heads, c.q_len, c.d_qk, c.page_size, kv_dtype, !o.no_causal, o.sms, cost_of(o), seqlens);
     }
     if (reports.empty()) find_case(cases, o.case_name);  // throws with the list of names
   }

@@ -276,10 +276,11 @@ void DevicePlan::replan(const int32_t* device_seqlens, void* stream) const {
   launch_device_planner(impl_->host.shape, device_seqlens, impl_->buffers, static_cast<cudaStream_t>(stream));
 }
 
-DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_t> seqlens, const PlanOptions& options) {
+std::unique_ptr<DevicePlan::Impl> detail::make_host_impl(const DecodeConfig& config, std::span<const int32_t> seqlens,
+                                                          const PlanOptions& options) {
   validate_config(config);
   require(!seqlens.empty(), "plan: seqlens is empty; batch must be >= 1");
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_unique<DevicePlan::Impl>();
   impl->config = config;
   impl->options = options;
   impl->options.num_ctas = resolve_num_ctas(options.num_ctas, config);
@@ -298,8 +299,14 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
     }
     impl->host = make_static_plan(shape, seqlens, impl->options.static_splits);
   }
-  const HostPlan& h = impl->host;
   detail::record_split_requests(*impl);
+  return impl;
+}
+
+DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_t> seqlens, const PlanOptions& options) {
+  std::unique_ptr<Impl> impl = detail::make_host_impl(config, seqlens, options);
+  const PlanShape& shape = impl->host.shape;
+  const HostPlan& h = impl->host;
   // Layout: work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests
   const size_t n_wl = h.work_list.size(), B = size_t(shape.batch), n_bounds = h.bounds.size(),
                n_zero = h.zero_fill.size(), n_split = impl->split_requests.size();

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "kbmla/decode.hpp"
@@ -56,6 +58,11 @@ bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows);
 // Whether the per-tensor fp8 call stages its bf16 Q for the split-role kernel to quantise
 // (DecodeParams::q_staged; launch_choices.cpp), taking precedence over the above.
 bool fp8_stages_q_in_kernel(const DevicePlan::Impl& P);
+
+// DevicePlan::create without the upload: the checks, the host plan and its split
+// requests. num_ctas 0 asks the current device for its SMs; any other value needs no GPU.
+std::unique_ptr<DevicePlan::Impl> make_host_impl(const DecodeConfig& config, std::span<const int32_t> seqlens,
+                                                 const PlanOptions& options);
 
 // How a call's Q reaches the decode kernel's S (decode_with_mode branches on it): the
 // caller's bf16 or e4m3 rows, or e4m3 rows quantised per row by the quantiser kernel, by

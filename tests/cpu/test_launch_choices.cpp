@@ -18,7 +18,7 @@
 namespace kbmla {
 namespace {
 
-// A plan's host half, as DevicePlan::create builds it (no device upload).
+// A plan's host half, as DevicePlan::create builds it (detail::make_host_impl: no upload).
 // (The Impl holds a mutex: not copyable, so by pointer.)
 struct CacheShape {
   int page_size = 64;
@@ -28,20 +28,18 @@ struct CacheShape {
 std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas,
                                             Policy policy = Policy::kWorkList, int static_splits = 1,
                                             CacheShape cache = {}) {
-  auto impl = std::make_unique<DevicePlan::Impl>();
-  impl->config.heads = heads;
-  impl->config.q_len = q_len;
-  impl->config.kv_dtype = cache.kv_dtype;
-  impl->config.page_size = cache.page_size;
-  impl->config.d_qk = cache.d_qk;
-  impl->options.policy = policy;
-  impl->options.num_ctas = ctas;
-  impl->options.static_splits = static_splits;
-  const PlanShape shape = decode_plan_shape(impl->config, int(seqlens.size()), impl->options);
-  impl->host =
-      policy == Policy::kWorkList ? make_host_plan(shape, seqlens) : make_static_plan(shape, seqlens, static_splits);
-  detail::record_split_requests(*impl);
-  return impl;
+  DecodeConfig config;
+  config.heads = heads;
+  config.q_len = q_len;
+  config.kv_dtype = cache.kv_dtype;
+  config.page_size = cache.page_size;
+  config.d_qk = cache.d_qk;
+  config.softmax_scale = 1.f;
+  PlanOptions options;
+  options.policy = policy;
+  options.num_ctas = ctas;
+  options.static_splits = static_splits;
+  return detail::make_host_impl(config, seqlens, options);
 }
 
 struct EnvGuard {
