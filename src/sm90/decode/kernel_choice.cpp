@@ -46,7 +46,9 @@ KernelChoice choose_fp8_kernel(const DecodeParams& p) {
     return k;
   }
   k.kernel = fp8_narrow(p.rows, p.cluster_size) ? DecodeKernel::kFp8Narrow : DecodeKernel::kFp8Alternating;
-  // Two loader warps for pages of 8 and 16 tokens, d_qk 576 only (kernel_fp8.cu).
+  // Two loader warps for pages of 8 and 16 tokens, d_qk 576 only, to keep the
+  // instantiations few: d_qk 512 loads them with one warp (not measured there; d_qk 576's
+  // page 16 gained 9-10 %, bench/NOTES.md v31).
   k.two_loader_warps = p.d_qk == kDqk && two_loader_warps(p, p.part_log2);
   k.cluster_copies = p.d_qk == kDqk && !k.two_loader_warps && k.kernel == DecodeKernel::kFp8Alternating &&
                      p.cluster_size > 1;
