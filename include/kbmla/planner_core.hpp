@@ -31,6 +31,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kbmla/fast_divmod.hpp"
 #include "kbmla/hd.hpp"
 #include "kbmla/work_format.hpp"
 
@@ -209,6 +210,59 @@ KBMLA_HD RequestInfo request_info(const PlanShape& p, int seqlen, int num_tiles)
   return r;
 }
 
+// What the fill reads of request b: its RequestInfo and the cost terms that depend on it
+// alone (not on the cap), so a planner may compute them once per request (the device
+// planner does, in parallel, into shared memory) instead of in every pass of every probe.
+struct RequestTerms {
+  RequestInfo r;
+  int64_t tile_cost;       // one q tile of the whole request: blocks * per_kv_block + per_item
+  int64_t whole;           // all its tiles: tiles * tile_cost
+  int64_t piece_overhead;  // per piece of a cut request: tiles * (per_item + per_split)
+  int64_t block_cost;      // per KV block of a piece: tiles * per_kv_block
+  FastDivmod per_block;    // block_cost as a divisor (when fast_division)
+  bool fast_division;      // per_block is set: block_cost is in [1, 2^31) and the terms were staged
+};
+// The KV blocks whose cost fits `space` (>= 0): space / block_cost, by a multiply-high
+// when both are below 2^31 (exact there: FastDivmod), else by division. The fill's cut
+// takes one per piece, nearly one per request of a batch spread over its slots (ncu of
+// the device planner: the 32-bit division was ~17 dependent instructions a request).
+// Both forms give the same quotient, so staged and on-the-fly terms plan the same bytes.
+KBMLA_HD int64_t blocks_within(const RequestTerms& t, int64_t space) {
+  if (t.fast_division && space < (int64_t{1} << 31)) return t.per_block.div(int32_t(space));
+  return div_nonneg64(space, t.block_cost);
+}
+// staged: also set the divisor (worth its set-up only where the terms are computed once).
+KBMLA_HD RequestTerms request_terms(const PlanShape& p, int seqlen, int num_tiles, bool staged = false) {
+  RequestTerms t;
+  t.r = request_info(p, seqlen, num_tiles);
+  const int64_t nt = t.r.tiles;
+  t.tile_cost = int64_t{t.r.blocks} * p.cost.per_kv_block + p.cost.per_item;
+  t.whole = nt * t.tile_cost;
+  t.piece_overhead = nt * (p.cost.per_item + p.cost.per_split);
+  t.block_cost = nt * p.cost.per_kv_block;
+  t.fast_division = staged && t.block_cost > 0 && t.block_cost < (int64_t{1} << 31);
+  if (t.fast_division) t.per_block = FastDivmod(int32_t(t.block_cost));
+  return t;
+}
+
+// The requests as the planner passes see them: each seqlen, and its terms computed on the
+// fly (the host; the device planner's fallback for batches too large to stage).
+struct SeqlenRequests {
+  const PlanShape* p;
+  const int32_t* seqlens;
+  int num_tiles;
+  KBMLA_HD int seqlen(int b) const { return seqlens[b]; }
+  KBMLA_HD RequestTerms terms(int b) const { return request_terms(*p, seqlens[b], num_tiles); }
+};
+// Terms computed beforehand (request_terms of the same seqlens and shape, staged: the same
+// values, and a multiply-high for the cut's division).
+struct StagedRequests {
+  const int32_t* seqlens;
+  const RequestTerms* staged;
+  KBMLA_HD int seqlen(int b) const { return seqlens[b]; }
+  KBMLA_HD RequestTerms terms(int b) const { return staged[b]; }
+};
+
 // Counts, and optionally writes, one fill at capacity `cap`. Returns false when the
 // requests do not fit the G slots at this cap. Two forms:
 //  - cuts allowed (the default): a piece of a request carries all its q tiles, in one
@@ -238,14 +292,13 @@ struct NullSink {
 // pieces, clusters and loads as the slot-by-slot loop, which kJump = false keeps as the
 // tests' oracle): a fill for one request of 2,048 blocks on 132 slots is then O(1) before
 // its pieces are emitted, instead of 132 iterations each with a division.
-template <class Sink, bool kJump = true>
-KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, int num_clusters, int64_t cap,
+template <class Sink, bool kJump = true, class Requests>
+KBMLA_HD bool fill(const PlanShape& p, const Requests& reqs, int num_tiles, int num_clusters, int64_t cap,
                    bool whole_requests, Sink& sink) {
-  const CostModel c = p.cost;
   FillState st;
   if (whole_requests) {
     for (int b = 0; b < p.batch; ++b) {
-      const RequestInfo r = request_info(p, seqlens[b], num_tiles);
+      const RequestInfo r = reqs.terms(b).r;
       const bool work = r.blocks > 0 && r.tiles > 0;
       if (work) sink.whole_request(b, r);
       sink.request_done(b, r, work ? 1 : 0);
@@ -255,9 +308,10 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
     // the static schedulers' order does), instead of re-reading it one after another.
     for (int t = 0; t < num_tiles; ++t) {
       for (int b = 0; b < p.batch; ++b) {
-        const RequestInfo r = request_info(p, seqlens[b], num_tiles);
+        const RequestTerms q = reqs.terms(b);
+        const RequestInfo& r = q.r;
         if (r.blocks == 0 || r.tiles == 0 || t < r.first_tile) continue;
-        const int64_t cost = int64_t{r.blocks} * c.per_kv_block + c.per_item;
+        const int64_t cost = q.tile_cost;
         if (st.load > 0 && st.load + cost > cap) {
           sink.cluster_done(st.cluster, st.load);
           ++st.cluster;
@@ -272,14 +326,15 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
     return true;
   }
   for (int b = 0; b < p.batch; ++b) {
-    RequestInfo r = request_info(p, seqlens[b], num_tiles);
+    const RequestTerms q = reqs.terms(b);
+    const RequestInfo& r = q.r;
     if (r.blocks == 0 || r.tiles == 0) {
       sink.request_done(b, r, 0);
       continue;
     }
-    const int64_t nt = r.tiles;
-    const int64_t whole = nt * (int64_t{r.blocks} * c.per_kv_block + c.per_item);
-    const int64_t piece_overhead = nt * (c.per_item + c.per_split);
+    const int64_t whole = q.whole;
+    const int64_t piece_overhead = q.piece_overhead;
+    const int64_t block_cost = q.block_cost;  // tiles x per_kv_block
     auto emit = [&](int split, int begin, int end) {
       for (int t = r.first_tile; t < num_tiles; ++t) sink.piece(st.cluster, b, r, t, split, begin, end);
     };
@@ -288,7 +343,7 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
       const int pieces = ceil_div(r.blocks, chunk);
       for (int k = 0; k < pieces; ++k) {
         const int begin = k * chunk, end = begin + chunk < r.blocks ? begin + chunk : r.blocks;
-        const int64_t cost = pieces > 1 ? piece_overhead + nt * (end - begin) * c.per_kv_block : whole;
+        const int64_t cost = pieces > 1 ? piece_overhead + (end - begin) * block_cost : whole;
         if (st.load > 0 && st.load + cost > cap) {
           sink.cluster_done(st.cluster, st.load);
           ++st.cluster;
@@ -313,7 +368,7 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
       }
       const int remaining = r.blocks - begin;
       const int64_t space = cap - st.load - piece_overhead;
-      const int64_t fit = space >= 0 ? div_nonneg64(space, nt * c.per_kv_block) : 0;
+      const int64_t fit = space >= 0 ? blocks_within(q, space) : 0;
       if (kJump && st.load == 0 && fit >= r.min_piece && fit < remaining) {
         // An empty slot that cannot take the rest: this and the next n - 1 slots each take
         // `fit` blocks, the rest (at most `fit`) goes to slot n, as the loop would do.
@@ -323,27 +378,27 @@ KBMLA_HD bool fill(const PlanShape& p, const int32_t* seqlens, int num_tiles, in
         if (st.cluster + n >= num_clusters) return false;
         for (int i = 0; i < n; ++i) {
           emit(split + i, begin + i * f, begin + (i + 1) * f);
-          sink.cluster_done(st.cluster, piece_overhead + nt * f * c.per_kv_block);
+          sink.cluster_done(st.cluster, piece_overhead + f * block_cost);
           ++st.cluster;
         }
         split += n;
         begin += n * f;
         const int last = r.blocks - begin;
         emit(split, begin, r.blocks);
-        st.load = piece_overhead + nt * last * c.per_kv_block;
+        st.load = piece_overhead + last * block_cost;
         ++split;
         break;
       }
       if (split > 0 && fit >= remaining) {
         emit(split, begin, r.blocks);
-        st.load += piece_overhead + nt * remaining * c.per_kv_block;
+        st.load += piece_overhead + remaining * block_cost;
         ++split;
         break;
       }
       if (fit >= r.min_piece && fit < remaining && split + 1 < kMaxSplitsPerRequest) {
         const int k = static_cast<int>(fit);
         emit(split, begin, begin + k);
-        st.load += piece_overhead + nt * k * c.per_kv_block;
+        st.load += piece_overhead + k * block_cost;
         ++split;
         begin += k;
       } else if (st.load == 0) {
@@ -487,8 +542,9 @@ struct TotalCost {
   int bad_index;  // first request with a negative seqlen, or -1
 };
 
-template <class Executor>
-KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens, Executor&& ex) {
+// `reqs` (plan_detail::SeqlenRequests or StagedRequests): the batch's seqlens and terms.
+template <class Executor, class Requests>
+KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& reqs, Executor&& ex) {
   using namespace plan_detail;
   PlanCounts counts;
   counts.num_q_tiles = ceil_div(p.heads * p.q_len, p.tile_rows);
@@ -498,12 +554,11 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   const TotalCost tc = ex.single([&] {
     TotalCost t{0, -1};
     for (int b = 0; b < p.batch; ++b) {
-      if (seqlens[b] < 0) {
+      if (reqs.seqlen(b) < 0) {
         t.bad_index = b;
         return t;
       }
-      RequestInfo r = request_info(p, seqlens[b], T);
-      t.total += int64_t{r.tiles} * (int64_t{r.blocks} * p.cost.per_kv_block + p.cost.per_item);
+      t.total += reqs.terms(b).whole;
     }
     return t;
   });
@@ -514,7 +569,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   auto fits = [&](int64_t cap) {
     NullSink null_sink;
-    return fill(p, seqlens, T, G, cap, false, null_sink);
+    return fill(p, reqs, T, G, cap, false, null_sink);
   };
   CapSearch search;
   search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
@@ -533,7 +588,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   if (p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
     auto fits_whole = [&](int64_t cap) {
       NullSink null_sink;
-      return fill(p, seqlens, T, G, cap, true, null_sink);
+      return fill(p, reqs, T, G, cap, true, null_sink);
     };
     const int64_t limit = counts.cap + counts.cap / 16;
     if (ex.single([&] { return fits_whole(limit); })) {
@@ -551,7 +606,7 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   counts = ex.single([&] {
     PlanCounts c = counts;
     CountSink count_sink(&c);
-    fill(p, seqlens, T, G, c.cap, c.whole_requests, count_sink);
+    fill(p, reqs, T, G, c.cap, c.whole_requests, count_sink);
     return c;
   });
   if (p.fixed_grid) counts.num_active_clusters = G;
@@ -562,6 +617,12 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
   }
   counts.work_list_len = static_cast<int>(len);
   return counts;
+}
+
+template <class Executor>
+KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens, Executor&& ex) {
+  const plan_detail::SeqlenRequests reqs{&p, seqlens, plan_detail::ceil_div(p.heads * p.q_len, p.tile_rows)};
+  return plan_measure_requests(p, reqs, ex);
 }
 
 // The host's executor: probes in order, single steps inline.
@@ -584,8 +645,9 @@ KBMLA_HD_NOINLINE inline PlanCounts plan_measure(const PlanShape& p, const int32
 }
 
 // Pass 3: writes the plan into caller buffers sized from `counts`.
-KBMLA_HD_NOINLINE inline int plan_write(const PlanShape& p, const int32_t* seqlens, const PlanCounts& counts,
-                                        PlanBuffers& out) {
+template <class Requests>
+KBMLA_HD int plan_write_requests(const PlanShape& p, const Requests& reqs, const PlanCounts& counts,
+                                 PlanBuffers& out) {
   using namespace plan_detail;
   if (counts.status != kPlanOk) return counts.status;
   if (out.work_list_capacity < counts.work_list_len || out.bounds_capacity < counts.num_bounds ||
@@ -597,8 +659,14 @@ KBMLA_HD_NOINLINE inline int plan_write(const PlanShape& p, const int32_t* seqle
     for (int g = 0; g < counts.num_clusters; ++g) out.cluster_cost[g] = 0;
   }
   WriteSink sink{&p, &counts, &out};
-  fill(p, seqlens, counts.num_q_tiles, counts.num_clusters, counts.cap, counts.whole_requests, sink);
+  fill(p, reqs, counts.num_q_tiles, counts.num_clusters, counts.cap, counts.whole_requests, sink);
   return kPlanOk;
+}
+
+KBMLA_HD_NOINLINE inline int plan_write(const PlanShape& p, const int32_t* seqlens, const PlanCounts& counts,
+                                        PlanBuffers& out) {
+  const plan_detail::SeqlenRequests reqs{&p, seqlens, counts.num_q_tiles};
+  return plan_write_requests(p, reqs, counts, out);
 }
 
 }  // namespace kbmla

@@ -7,6 +7,7 @@ namespace kbmla {
 namespace {
 
 static_assert(kCapProbes * 32 <= 1024, "one warp per probe in one CTA");
+static_assert(sizeof(plan_detail::RequestTerms) == 64, "the staged batch size assumes 64-byte terms");
 
 // The K probes of a search round, one per warp (lanes of one warp would diverge on every
 // piece decision and run serially: measured, 775 us for batch 128): lane 0 of warp i
@@ -50,6 +51,12 @@ struct BlockProbes {
 };
 
 constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
+// Batches up to this size also stage each request's fill terms (plan_detail::RequestTerms,
+// 64 bytes): every pass of every probe then reads them instead of recomputing them from the
+// seqlen (a division by the block size and 64-bit products per request and pass, on the one
+// thread whose chain sets the planner's time).
+constexpr int kStagedTermsBatch = 3072;
+constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t));
 
 // kCapProbes warps search the cap (one probe each per round); thread 0 then counts and
 // writes the plan. On any failure the plan is left empty but well-formed: every slot's
@@ -58,21 +65,42 @@ constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared m
 __global__ void __launch_bounds__(kCapProbes * 32, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                              const int32_t* seqlens_global,
                                                              const __grid_constant__ DevicePlanBuffers out) {
-  extern __shared__ int32_t staged[];
-  const int32_t* seqlens = seqlens_global;
-  if (shape.batch <= kSmemSeqlens) {
-    for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) staged[b] = seqlens_global[b];
-    __syncthreads();
-    seqlens = staged;
-  }
+  extern __shared__ uint4 staged_words[];  // (16-byte aligned)
+  uint8_t* staged_bytes = reinterpret_cast<uint8_t*>(staged_words);
   __shared__ int verdict[kCapProbes];
   __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
-  DevicePlanHeader h{};
-  PlanCounts counts = plan_measure_with(shape, seqlens, BlockProbes{verdict, scratch});
-  if (threadIdx.x != 0) return;
+  const BlockProbes probes{verdict, scratch};
+  PlanCounts counts;
+  int status;
   PlanBuffers buffers = out.plan;
-  int status = counts.status;
-  if (status == kPlanOk) status = plan_write(shape, seqlens, counts, buffers);
+  if (shape.batch <= kStagedTermsBatch) {
+    auto* terms = reinterpret_cast<plan_detail::RequestTerms*>(staged_bytes);
+    auto* seqlens = reinterpret_cast<int32_t*>(terms + shape.batch);
+    const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
+    for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) {
+      seqlens[b] = seqlens_global[b];
+      terms[b] = plan_detail::request_terms(shape, seqlens[b], T, /*staged=*/true);
+    }
+    __syncthreads();
+    const plan_detail::StagedRequests reqs{seqlens, terms};
+    counts = plan_measure_requests(shape, reqs, probes);
+    if (threadIdx.x != 0) return;
+    status = counts.status;
+    if (status == kPlanOk) status = plan_write_requests(shape, reqs, counts, buffers);
+  } else {
+    const int32_t* seqlens = seqlens_global;
+    if (shape.batch <= kSmemSeqlens) {
+      auto* staged = reinterpret_cast<int32_t*>(staged_bytes);
+      for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) staged[b] = seqlens_global[b];
+      __syncthreads();
+      seqlens = staged;
+    }
+    counts = plan_measure_with(shape, seqlens, probes);
+    if (threadIdx.x != 0) return;
+    status = counts.status;
+    if (status == kPlanOk) status = plan_write(shape, seqlens, counts, buffers);
+  }
+  DevicePlanHeader h{};  // (thread 0 only from here)
   h.status = status;
   h.bad_index = counts.bad_index;
   if (status != kPlanOk) {
@@ -104,7 +132,14 @@ __global__ void __launch_bounds__(kCapProbes * 32, 1) device_planner_kernel(cons
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
                            cudaStream_t stream) {
   require(shape.fixed_grid, "device planner: the shape must use the fixed-grid form");
-  const size_t smem = shape.batch <= kSmemSeqlens ? size_t(shape.batch) * sizeof(int32_t) : 0;
+  static const cudaError_t attr_err = cudaFuncSetAttribute(
+      device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedTermsBytes));
+  require(attr_err == cudaSuccess, "device planner: cannot reserve ", kStagedTermsBytes, " bytes of shared memory: ",
+          cudaGetErrorString(attr_err));
+  const size_t smem = shape.batch <= kStagedTermsBatch
+                          ? size_t(shape.batch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t))
+                          : shape.batch <= kSmemSeqlens ? size_t(shape.batch) * sizeof(int32_t)
+                                                        : 0;
   device_planner_kernel<<<1, kCapProbes * 32, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));

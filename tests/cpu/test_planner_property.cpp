@@ -123,14 +123,86 @@ TEST(PlannerFill, JumpOverFullSlotsEmitsWhatTheLoopEmits) {
     const PlanCounts counts = plan_measure(s, seqlens.data());
     const int64_t cap = std::max<int64_t>(1, counts.cap * scale_d(rng) / 1000);
     RecordingSink jump, loop;
-    const bool a = plan_detail::fill<RecordingSink, true>(s, seqlens.data(), counts.num_q_tiles, counts.num_clusters,
-                                                          cap, false, jump);
-    const bool b = plan_detail::fill<RecordingSink, false>(s, seqlens.data(), counts.num_q_tiles,
-                                                           counts.num_clusters, cap, false, loop);
+    const plan_detail::SeqlenRequests reqs{&s, seqlens.data(), counts.num_q_tiles};
+    const bool a =
+        plan_detail::fill<RecordingSink, true>(s, reqs, counts.num_q_tiles, counts.num_clusters, cap, false, jump);
+    const bool b =
+        plan_detail::fill<RecordingSink, false>(s, reqs, counts.num_q_tiles, counts.num_clusters, cap, false, loop);
     ASSERT_EQ(a, b) << "config " << i;
     if (a) {
       ASSERT_EQ(jump.events, loop.events) << "config " << i;
     }
+  }
+}
+
+}  // namespace
+}  // namespace kbmla
+
+namespace kbmla {
+namespace {
+
+// The device planner's staged form (request terms computed once per request, then read by
+// every pass) makes the same counts and writes the same bytes as the seqlens form.
+TEST(PlannerFill, StagedRequestTermsPlanTheSameBytes) {
+  std::mt19937_64 rng(0x7465726dull);
+  for (int i = 0; i < 3000; ++i) {
+    PlanShape s = random_shape(rng, 9);
+    if (i % 3 == 0) s.fixed_grid = true;
+    std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
+    if (i % 97 == 0) seqlens[size_t(i) % seqlens.size()] = -1;  // a bad seqlen: the same status and index
+    const int T = plan_detail::ceil_div(s.heads * s.q_len, s.tile_rows);
+    std::vector<plan_detail::RequestTerms> terms;
+    for (int32_t L : seqlens) terms.push_back(plan_detail::request_terms(s, L, T, /*staged=*/true));
+    const plan_detail::StagedRequests staged{seqlens.data(), terms.data()};
+    const plan_detail::SeqlenRequests direct{&s, seqlens.data(), T};
+    const PlanCounts a = plan_measure_requests(s, direct, SequentialProbes{});
+    const PlanCounts b = plan_measure_requests(s, staged, SequentialProbes{});
+    ASSERT_EQ(a.status, b.status) << "config " << i;
+    ASSERT_EQ(a.bad_index, b.bad_index) << "config " << i;
+    if (a.status != kPlanOk) continue;
+    ASSERT_EQ(a.cap, b.cap) << "config " << i;
+    ASSERT_EQ(a.whole_requests, b.whole_requests) << "config " << i;
+    ASSERT_EQ(a.work_list_len, b.work_list_len) << "config " << i;
+    ASSERT_EQ(a.num_bounds, b.num_bounds) << "config " << i;
+    ASSERT_EQ(a.num_zero_fill, b.num_zero_fill) << "config " << i;
+    struct Out {
+      std::vector<int32_t> wl, ns, fs, bo, bounds, zf;
+      std::vector<int64_t> cost;
+      PlanBuffers buf(const PlanCounts& c, int batch) {
+        wl.assign(c.work_list_len, 0);
+        ns.assign(batch, 0);
+        fs.assign(batch, 0);
+        bo.assign(batch, 0);
+        bounds.assign(c.num_bounds, 0);
+        zf.assign(c.num_zero_fill, 0);
+        cost.assign(c.num_clusters, 0);
+        return {wl.data(), c.work_list_len, ns.data(), fs.data(), bo.data(), bounds.data(), c.num_bounds,
+                zf.data(), c.num_zero_fill, cost.data()};
+      }
+    } x, y;
+    PlanBuffers bx = x.buf(a, s.batch), by = y.buf(b, s.batch);
+    ASSERT_EQ(plan_write_requests(s, direct, a, bx), kPlanOk);
+    ASSERT_EQ(plan_write_requests(s, staged, b, by), kPlanOk);
+    ASSERT_TRUE(x.wl == y.wl && x.ns == y.ns && x.fs == y.fs && x.bo == y.bo && x.bounds == y.bounds &&
+                x.zf == y.zf && x.cost == y.cost)
+        << "config " << i;
+  }
+}
+
+// The cut's division by a piece's per-block cost: the multiply-high form of staged terms
+// equals the division wherever it is taken.
+TEST(PlannerFill, StagedDivisionIsTheDivision) {
+  std::mt19937_64 rng(0x646976ull);
+  PlanShape s;
+  for (int i = 0; i < 200000; ++i) {
+    s.cost.per_kv_block = std::uniform_int_distribution<int64_t>(1, i % 2 ? 5000 : (int64_t{1} << 32))(rng);
+    s.q_len = 1;
+    s.heads = std::uniform_int_distribution<int>(1, 128)(rng);
+    s.tile_rows = 64;
+    const int T = plan_detail::ceil_div(s.heads, s.tile_rows);
+    const plan_detail::RequestTerms t = plan_detail::request_terms(s, 1 << 20, T, /*staged=*/true);
+    const int64_t space = std::uniform_int_distribution<int64_t>(0, int64_t{1} << (i % 3 ? 31 : 40))(rng);
+    ASSERT_EQ(plan_detail::blocks_within(t, space), space / t.block_cost) << space << " / " << t.block_cost;
   }
 }
 
