@@ -376,10 +376,17 @@ KBMLA_HD bool fill(const PlanShape& p, const Requests& reqs, int num_tiles, int 
         const int n = (remaining + f - 1) / f - 1;  // full slots, >= 1
         if (split + n >= kMaxSplitsPerRequest) return false;  // the loop fails at an empty slot
         if (st.cluster + n >= num_clusters) return false;
-        for (int i = 0; i < n; ++i) {
-          emit(split + i, begin + i * f, begin + (i + 1) * f);
-          sink.cluster_done(st.cluster, piece_overhead + f * block_cost);
-          ++st.cluster;
+        if constexpr (requires { sink.full_slots(0, 0, 0); }) {
+          // A sink that only counts takes the n slots' pieces at once (the device planner's
+          // probes count, and a long request's slots would otherwise cost a step each).
+          sink.full_slots(st.cluster, n, r.tiles);
+          st.cluster += n;
+        } else {
+          for (int i = 0; i < n; ++i) {
+            emit(split + i, begin + i * f, begin + (i + 1) * f);
+            sink.cluster_done(st.cluster, piece_overhead + f * block_cost);
+            ++st.cluster;
+          }
         }
         split += n;
         begin += n * f;
@@ -434,6 +441,15 @@ struct CountSink {
     if (items_in_cluster > counts->max_items_per_cluster) counts->max_items_per_cluster = items_in_cluster;
   }
   KBMLA_HD void piece(int cluster, int b, const RequestInfo&, int tile, int, int, int) { item(cluster, b, tile); }
+  // What `tiles` piece() calls on each of the n empty slots from cluster0 on would count.
+  KBMLA_HD void full_slots(int cluster0, int n, int tiles) {
+    if (n <= 0 || tiles <= 0) return;
+    if (cluster0 + n > counts->num_active_clusters) counts->num_active_clusters = cluster0 + n;
+    counts->num_items += n * tiles;
+    if (tiles > counts->max_items_per_cluster) counts->max_items_per_cluster = tiles;
+    current_cluster = cluster0 + n - 1;
+    items_in_cluster = tiles;
+  }
   KBMLA_HD void whole_request(int, const RequestInfo&) {}
   KBMLA_HD void request_done(int, const RequestInfo& r, int splits) {
     counts->num_pieces += splits;
@@ -530,10 +546,18 @@ struct CapSearch {
   }
 };
 
+// Which results of first_fitting_with the caller uses: the round's only if the extra
+// fill fits, only if it does not, or never (the round is then a speculation the device
+// planner makes for free and the host skips).
+enum RoundWhen : int { kRoundIfExtraFits, kRoundIfExtraFails, kRoundNever };
+
 // Pass 1 + 2: finds the cap and counts every output. Shapes must be valid (the host
 // checks them); seqlens are data and are checked here. The executor `ex` provides
-//   ex.first_fitting(search, fits): the lowest probe index i with fits(search.probe(i)),
-//                                   or kCapProbes;
+//   ex.first_fitting(search, fits, winner): the lowest probe index i with
+//                 fits(search.probe(i), counts), or kCapProbes; winner: that fill's counts;
+//   ex.first_fitting_with(search, fits, extra_cap, when, extra_fits, extra,
+//                 winner): the fill at extra_cap too (SequentialProbes says which results
+//                 the caller may use);
 //   ex.single(f): f() evaluated once and its value returned to every caller (the device
 //                 planner runs this function on every thread of its CTA; one thread does
 //                 the sequential steps instead of every warp competing for issue slots).
@@ -567,48 +591,82 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
     counts.bad_index = tc.bad_index;
     return counts;
   }
-  auto fits = [&](int64_t cap) {
-    NullSink null_sink;
-    return fill(p, reqs, T, G, cap, false, null_sink);
+  // A probe fills at its cap with a CountSink, so the counts of the least fitting cap come
+  // from its probe, not from another pass. `base`: the fields a count pass starts from.
+  PlanCounts base = counts;
+  auto counted = [&](bool whole) {
+    return [&, whole](int64_t cap, PlanCounts& c) {
+      c = base;
+      c.cap = cap;
+      c.whole_requests = whole;
+      CountSink count_sink(&c);
+      return fill(p, reqs, T, G, cap, whole, count_sink);
+    };
   };
+  auto fits = counted(false);
   CapSearch search;
   search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
   if (search.low < 0) search.low = 0;
   search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) / kCapProbes + 1;
-  if (ex.single([&] { return fits(search.low + 1); })) {  // a tight bound: one fill decides
-    search.high = search.low + 1;
-    search.found = true;
+  PlanCounts at_high{};  // the counts of the fill at search.high
+  {
+    // A tight bound decides alone when it fits; else the search's first round, which the
+    // device planner evaluates beside it.
+    PlanCounts tight{}, round{};
+    bool tight_fits = false;
+    const int first = ex.first_fitting_with(search, fits, search.low + 1, kRoundIfExtraFails, tight_fits, tight, round);
+    if (tight_fits) {
+      search.high = search.low + 1;
+      search.found = true;
+      at_high = tight;
+    } else {
+      search.update(first);
+      if (first < kCapProbes) at_high = round;
+    }
   }
-  while (!search.done()) search.update(ex.first_fitting(search, fits));
-  counts.cap = search.high;
+  while (!search.done()) {
+    PlanCounts round{};
+    const int first = ex.first_fitting(search, fits, round);
+    search.update(first);
+    if (first < kCapProbes) at_high = round;
+  }
   // Whole requests with their q tiles spread (see fill), if some cap within 1/16 of the
   // least cap with cuts fits them: then the least such cap, found the same way. Measured
   // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
   // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was ~3 %.
   if (p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
-    auto fits_whole = [&](int64_t cap) {
-      NullSink null_sink;
-      return fill(p, reqs, T, G, cap, true, null_sink);
-    };
-    const int64_t limit = counts.cap + counts.cap / 16;
-    if (ex.single([&] { return fits_whole(limit); })) {
-      CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
-      whole.low = ceil_div64(tc.total, G) - 1;
-      if (whole.low < 0) whole.low = 0;
-      whole.high = limit;
-      whole.step = 1;
-      whole.found = true;
-      while (!whole.done()) whole.update(ex.first_fitting(whole, fits_whole));
-      counts.cap = whole.high;
-      counts.whole_requests = true;
+    auto fits_whole = counted(true);
+    const int64_t limit = search.high + search.high / 16;
+    CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
+    whole.low = ceil_div64(tc.total, G) - 1;
+    if (whole.low < 0) whole.low = 0;
+    whole.high = limit;
+    whole.step = 1;
+    whole.found = true;
+    // The limit's fill decides whether the form is taken; the search's first round, which
+    // the device planner evaluates beside it, counts only then.
+    PlanCounts at_limit{}, round{};
+    bool limit_fits = false;
+    const bool searching = !whole.done();
+    const int first = ex.first_fitting_with(whole, fits_whole, limit, searching ? kRoundIfExtraFits : kRoundNever,
+                                            limit_fits, at_limit, round);
+    if (limit_fits) {
+      PlanCounts at_whole_high = at_limit;
+      if (searching) {
+        whole.update(first);
+        if (first < kCapProbes) at_whole_high = round;
+      }
+      while (!whole.done()) {
+        PlanCounts next{};
+        const int f = ex.first_fitting(whole, fits_whole, next);
+        whole.update(f);
+        if (f < kCapProbes) at_whole_high = next;
+      }
+      search.high = whole.high;
+      at_high = at_whole_high;
     }
   }
-  counts = ex.single([&] {
-    PlanCounts c = counts;
-    CountSink count_sink(&c);
-    fill(p, reqs, T, G, c.cap, c.whole_requests, count_sink);
-    return c;
-  });
+  counts = at_high;
   if (p.fixed_grid) counts.num_active_clusters = G;
   const int64_t len = int64_t{counts.num_active_clusters} * (counts.max_items_per_cluster + 1);
   if (len > INT32_MAX) {
@@ -627,12 +685,22 @@ KBMLA_HD PlanCounts plan_measure_with(const PlanShape& p, const int32_t* seqlens
 
 // The host's executor: probes in order, single steps inline.
 struct SequentialProbes {
+  // fits(cap, counts): whether the requests fit at cap, with counts of that fill.
   template <class Fits>
-  KBMLA_HD int first_fitting(const CapSearch& s, Fits& fits) const {
+  KBMLA_HD int first_fitting(const CapSearch& s, Fits& fits, PlanCounts& winner) const {
     for (int i = 0; i < kCapProbes; ++i) {
-      if (fits(s.probe(i))) return i;
+      if (fits(s.probe(i), winner)) return i;
     }
     return kCapProbes;
+  }
+  // The same, and the fill at extra_cap first; the round is evaluated only where `when`
+  // says the caller uses it (the device evaluates both at once).
+  template <class Fits>
+  KBMLA_HD int first_fitting_with(const CapSearch& s, Fits& fits, int64_t extra_cap, RoundWhen when,
+                                  bool& extra_fits, PlanCounts& extra, PlanCounts& winner) const {
+    extra_fits = fits(extra_cap, extra);
+    const bool used = when == kRoundIfExtraFits ? extra_fits : when == kRoundIfExtraFails ? !extra_fits : false;
+    return used ? first_fitting(s, fits, winner) : kCapProbes;
   }
   template <class F>
   KBMLA_HD auto single(F&& f) const {

@@ -6,21 +6,23 @@ namespace kbmla {
 
 namespace {
 
-static_assert(kCapProbes * 32 <= 1024, "one warp per probe in one CTA");
+// One warp per probe, and one more for the extra fill of first_fitting_with.
+constexpr int kPlannerWarps = kCapProbes + 1;
+static_assert(kPlannerWarps * 32 <= 1024, "one warp per probe in one CTA");
 static_assert(sizeof(plan_detail::RequestTerms) == 64, "the staged batch size assumes 64-byte terms");
 
 // The K probes of a search round, one per warp (lanes of one warp would diverge on every
 // piece decision and run serially: measured, 775 us for batch 128): lane 0 of warp i
-// evaluates probe i, the lowest warp that fits wins. Every thread keeps the same search
-// state, so all call this the same number of times.
+// evaluates probe i with its counts, the lowest warp that fits wins. Every thread keeps the
+// same search state, so all call this the same number of times.
 struct BlockProbes {
-  int* verdict;       // shared, kCapProbes entries
-  uint8_t* scratch;   // shared, kScratchBytes, 16-byte aligned: single()'s result
+  int* verdict;         // shared, kPlannerWarps entries
+  PlanCounts* counted;  // shared, kPlannerWarps entries: each probe's counts
+  uint8_t* scratch;     // shared, kScratchBytes, 16-byte aligned: single()'s result
   static constexpr int kScratchBytes = 128;
 
-  // Thread 0 runs the sequential steps (the total, the tight-bound probe, the count pass)
-  // alone: with every warp running them, one copy of a dependent chain per warp shared the
-  // SM's four schedulers.
+  // Thread 0 runs the sequential steps (the total) alone: with every warp running them, one
+  // copy of a dependent chain per warp shared the SM's four schedulers.
   template <class F>
   __device__ auto single(F&& f) const {
     using T = decltype(f());
@@ -36,17 +38,40 @@ struct BlockProbes {
     return v;
   }
 
+  // extra_cap >= 0: warp kCapProbes fills at it in the same round (the tight bound, the
+  // whole form's limit: a pass fewer on the planner's critical path than a fill of its own).
   template <class Fits>
-  __device__ int first_fitting(const CapSearch& s, Fits& fits) const {
+  __device__ int round(const CapSearch& s, Fits& fits, int64_t extra_cap, PlanCounts& winner, bool* extra_fits,
+                       PlanCounts* extra) const {
     const int warp = int(threadIdx.x / 32);
-    if (threadIdx.x % 32 == 0) verdict[warp] = fits(s.probe(warp)) ? 1 : 0;
+    if (threadIdx.x % 32 == 0) {
+      if (warp < kCapProbes) {
+        verdict[warp] = fits(s.probe(warp), counted[warp]) ? 1 : 0;
+      } else if (extra_cap >= 0) {
+        verdict[warp] = fits(extra_cap, counted[warp]) ? 1 : 0;
+      }
+    }
     __syncthreads();
     int first = kCapProbes;
     for (int i = kCapProbes - 1; i >= 0; --i) {
       if (verdict[i]) first = i;
     }
+    if (first < kCapProbes) winner = counted[first];
+    if (extra_fits != nullptr) {
+      *extra_fits = verdict[kCapProbes] != 0;
+      *extra = counted[kCapProbes];
+    }
     __syncthreads();
     return first;
+  }
+  template <class Fits>
+  __device__ int first_fitting(const CapSearch& s, Fits& fits, PlanCounts& winner) const {
+    return round(s, fits, -1, winner, nullptr, nullptr);
+  }
+  template <class Fits>
+  __device__ int first_fitting_with(const CapSearch& s, Fits& fits, int64_t extra_cap, RoundWhen, bool& extra_fits,
+                                    PlanCounts& extra, PlanCounts& winner) const {
+    return round(s, fits, extra_cap, winner, &extra_fits, &extra);
   }
 };
 
@@ -58,18 +83,19 @@ constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared m
 constexpr int kStagedTermsBatch = 3072;
 constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t));
 
-// kCapProbes warps search the cap (one probe each per round); thread 0 then counts and
-// writes the plan. On any failure the plan is left empty but well-formed: every slot's
-// column starts with a negative entry. 16 warps, so the fill may keep 128 registers (with
+// kCapProbes warps search the cap (one probe each per round, one more warp for an extra
+// fill); thread 0 then writes the plan. On any failure the plan is left empty but well-formed: every slot's
+// column starts with a negative entry. 17 warps, so the fill may keep 120 registers (with
 // 32 warps it had 64 and spilled once the whole-request form was added).
-__global__ void __launch_bounds__(kCapProbes * 32, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
+__global__ void __launch_bounds__(kPlannerWarps * 32, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                              const int32_t* seqlens_global,
                                                              const __grid_constant__ DevicePlanBuffers out) {
   extern __shared__ uint4 staged_words[];  // (16-byte aligned)
   uint8_t* staged_bytes = reinterpret_cast<uint8_t*>(staged_words);
-  __shared__ int verdict[kCapProbes];
+  __shared__ int verdict[kPlannerWarps];
+  __shared__ PlanCounts counted[kPlannerWarps];
   __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
-  const BlockProbes probes{verdict, scratch};
+  const BlockProbes probes{verdict, counted, scratch};
   PlanCounts counts;
   int status;
   PlanBuffers buffers = out.plan;
@@ -140,7 +166,7 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
                           ? size_t(shape.batch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t))
                           : shape.batch <= kSmemSeqlens ? size_t(shape.batch) * sizeof(int32_t)
                                                         : 0;
-  device_planner_kernel<<<1, kCapProbes * 32, smem, stream>>>(shape, seqlens, out);
+  device_planner_kernel<<<1, kPlannerWarps * 32, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));
 }
