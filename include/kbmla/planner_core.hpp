@@ -603,6 +603,18 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
       return fill(p, reqs, T, G, cap, whole, count_sink);
     };
   };
+  // One round's answer applied to a search, and the counts kept where its high moved; then
+  // the rounds until the search is done.
+  auto take = [](CapSearch& sr, int first, const PlanCounts& round, PlanCounts& at) {
+    sr.update(first);
+    if (first < kCapProbes) at = round;
+  };
+  auto finish = [&](CapSearch& sr, auto& fits_at, PlanCounts& at) {
+    while (!sr.done()) {
+      PlanCounts round{};
+      take(sr, ex.first_fitting(sr, fits_at, round), round, at);
+    }
+  };
   auto fits = counted(false);
   CapSearch search;
   search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
@@ -620,16 +632,10 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
       search.found = true;
       at_high = tight;
     } else {
-      search.update(first);
-      if (first < kCapProbes) at_high = round;
+      take(search, first, round, at_high);
     }
   }
-  while (!search.done()) {
-    PlanCounts round{};
-    const int first = ex.first_fitting(search, fits, round);
-    search.update(first);
-    if (first < kCapProbes) at_high = round;
-  }
+  finish(search, fits, at_high);
   // Whole requests with their q tiles spread (see fill), if some cap within 1/16 of the
   // least cap with cuts fits them: then the least such cap, found the same way. Measured
   // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
@@ -652,16 +658,8 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
                                             limit_fits, at_limit, round);
     if (limit_fits) {
       PlanCounts at_whole_high = at_limit;
-      if (searching) {
-        whole.update(first);
-        if (first < kCapProbes) at_whole_high = round;
-      }
-      while (!whole.done()) {
-        PlanCounts next{};
-        const int f = ex.first_fitting(whole, fits_whole, next);
-        whole.update(f);
-        if (f < kCapProbes) at_whole_high = next;
-      }
+      if (searching) take(whole, first, round, at_whole_high);
+      finish(whole, fits_whole, at_whole_high);
       search.high = whole.high;
       at_high = at_whole_high;
     }
