@@ -596,11 +596,14 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
   PlanCounts base = counts;
   auto counted = [&](bool whole) {
     return [&, whole](int64_t cap, PlanCounts& c) {
-      c = base;
-      c.cap = cap;
-      c.whole_requests = whole;
-      CountSink count_sink(&c);
-      return fill(p, reqs, T, G, cap, whole, count_sink);
+      // Counted in a local (registers on the device; `c` is shared memory there), stored once.
+      PlanCounts local = base;
+      local.cap = cap;
+      local.whole_requests = whole;
+      CountSink count_sink(&local);
+      const bool ok = fill(p, reqs, T, G, cap, whole, count_sink);
+      c = local;
+      return ok;
     };
   };
   // One round's answer applied to a search, and the counts kept where its high moved; then
