@@ -84,9 +84,10 @@ constexpr int kStagedTermsBatch = 3072;
 constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t));
 
 // kCapProbes warps search the cap (one probe each per round, one more warp for an extra
-// fill); thread 0 then writes the plan. On any failure the plan is left empty but well-formed: every slot's
-// column starts with a negative entry. 17 warps, so the fill may keep 120 registers (with
-// 32 warps it had 64 and spilled once the whole-request form was added).
+// fill); thread 0 then writes the plan. On any failure the plan is left empty but
+// well-formed: every slot's column starts with a negative entry. 17 warps, so the fill may
+// keep 120 registers (with 32 warps it had 64 and spilled once the whole-request form was
+// added).
 __global__ void __launch_bounds__(kPlannerWarps * 32, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                              const int32_t* seqlens_global,
                                                              const __grid_constant__ DevicePlanBuffers out) {
