@@ -59,14 +59,9 @@ struct PlanReport {
 std::string decode_path(int heads, int q_len, int d_qk, int page_size, KvDtype kv_dtype, bool causal, int sms,
                         const std::optional<CostModel>& cost, const std::vector<int32_t>& seqlens) {
   try {
-    DecodeConfig c;
-    c.heads = heads;
-    c.q_len = q_len;
-    c.d_qk = d_qk;
-    c.page_size = page_size;
-    c.kv_dtype = kv_dtype;
-    c.causal = causal;
-    c.softmax_scale = 1.f;
+    // (The softmax scale does not enter the plan or the kernel choice.)
+    const DecodeConfig c{.heads = heads, .q_len = q_len, .d_qk = d_qk, .page_size = page_size, .kv_dtype = kv_dtype,
+                         .causal = causal, .softmax_scale = 1.f};
     kbmla::PlanOptions options;
     options.num_ctas = sms;
     options.cost = cost;

@@ -79,8 +79,7 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
   if (k.gather_rows) {
     d.kv_loader = "cp.async row gather (" + std::to_string(c.page_size) + "-token pages)";
   } else {
-    const int part = 1 << (c.kv_dtype == KvDtype::kFp8E4m3 ? p.part_log2 : std::min(p.page_log2, 6));
-    d.kv_loader = "TMA, parts of " + std::to_string(part) + " tokens" +
+    d.kv_loader = "TMA, parts of " + std::to_string(1 << p.part_log2) + " tokens" +
                   (k.two_loader_warps ? ", two loader warps" : ", one loader warp");
   }
   const CombineParams cp = combine_plan_params(P);

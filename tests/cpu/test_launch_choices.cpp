@@ -28,18 +28,10 @@ struct CacheShape {
 std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int ctas,
                                             Policy policy = Policy::kWorkList, int static_splits = 1,
                                             CacheShape cache = {}) {
-  DecodeConfig config;
-  config.heads = heads;
-  config.q_len = q_len;
-  config.kv_dtype = cache.kv_dtype;
-  config.page_size = cache.page_size;
-  config.d_qk = cache.d_qk;
-  config.softmax_scale = 1.f;
-  PlanOptions options;
-  options.policy = policy;
-  options.num_ctas = ctas;
-  options.static_splits = static_splits;
-  return detail::make_host_impl(config, seqlens, options);
+  const DecodeConfig config{.heads = heads, .q_len = q_len, .d_qk = cache.d_qk, .page_size = cache.page_size,
+                            .kv_dtype = cache.kv_dtype, .softmax_scale = 1.f};
+  return detail::make_host_impl(config, seqlens,
+                                PlanOptions{.policy = policy, .num_ctas = ctas, .static_splits = static_splits});
 }
 
 struct EnvGuard {
