@@ -563,36 +563,26 @@ enum RoundWhen : int { kRoundIfExtraFits, kRoundIfExtraFails, kRoundNever };
 //                 the sequential steps instead of every warp competing for issue slots).
 struct TotalCost {
   int64_t total;
-  int bad_index;  // first request with a negative seqlen, or -1
+  int bad_index;           // first request with a negative seqlen, or -1
+  int64_t max_tile_cost;   // the largest q tile unit of the whole form (tile_cost of a request with work)
 };
 
-// `reqs` (plan_detail::SeqlenRequests or StagedRequests): the batch's seqlens and terms.
-template <class Executor, class Requests>
-KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& reqs, Executor&& ex) {
+// The cap search and the counts of the fill at the least fitting cap, given the batch's
+// total whole cost and its largest whole-form unit (no negative seqlen). `fill_counts(cap, whole, counts)` runs one fill of
+// either form at `cap` into `counts` (which arrive holding the fields a count starts from)
+// and says whether everything fits: plan_measure_requests passes fill() with a CountSink;
+// the device planner passes its slot walk, which counts the same (slot_walk.hpp).
+template <class Executor, class FillCounts>
+KBMLA_HD PlanCounts plan_search(const PlanShape& p, int64_t total, int64_t max_tile_cost, Executor&& ex,
+                                FillCounts&& fill_counts) {
   using namespace plan_detail;
   PlanCounts counts;
   counts.num_q_tiles = ceil_div(p.heads * p.q_len, p.tile_rows);
   counts.num_clusters = p.num_ctas / p.cluster_size;
   const int G = counts.num_clusters;
   const int T = counts.num_q_tiles;
-  const TotalCost tc = ex.single([&] {
-    TotalCost t{0, -1};
-    for (int b = 0; b < p.batch; ++b) {
-      if (reqs.seqlen(b) < 0) {
-        t.bad_index = b;
-        return t;
-      }
-      t.total += reqs.terms(b).whole;
-    }
-    return t;
-  });
-  if (tc.bad_index >= 0) {
-    counts.status = kPlanNegativeSeqlen;
-    counts.bad_index = tc.bad_index;
-    return counts;
-  }
-  // A probe fills at its cap with a CountSink, so the counts of the least fitting cap come
-  // from its probe, not from another pass. `base`: the fields a count pass starts from.
+  // A probe fills at its cap and counts, so the counts of the least fitting cap come from
+  // its probe, not from another pass. `base`: the fields a count starts from.
   PlanCounts base = counts;
   auto counted = [&](bool whole) {
     return [&, whole](int64_t cap, PlanCounts& c) {
@@ -600,8 +590,7 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
       PlanCounts local = base;
       local.cap = cap;
       local.whole_requests = whole;
-      CountSink count_sink(&local);
-      const bool ok = fill(p, reqs, T, G, cap, whole, count_sink);
+      const bool ok = fill_counts(cap, whole, local);
       c = local;
       return ok;
     };
@@ -620,7 +609,7 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
   };
   auto fits = counted(false);
   CapSearch search;
-  search.low = ceil_div64(tc.total, G) - 1;  // below the overhead-free bound nothing fits
+  search.low = ceil_div64(total, G) - 1;  // below the overhead-free bound nothing fits
   if (search.low < 0) search.low = 0;
   search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) / kCapProbes + 1;
   PlanCounts at_high{};  // the counts of the fill at search.high
@@ -643,11 +632,13 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
   // least cap with cuts fits them: then the least such cap, found the same way. Measured
   // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
   // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was ~3 %.
-  if (p.fixed_split_blocks == 0) {  // (never for batch-invariant plans)
+  const int64_t limit = search.high + search.high / 16;
+  // (A unit above the limit fails that fill and every probe below it: the same verdict
+  // without the round, a fill's time on a batch with one long request.)
+  if (p.fixed_split_blocks == 0 && max_tile_cost <= limit) {  // (never for batch-invariant plans)
     auto fits_whole = counted(true);
-    const int64_t limit = search.high + search.high / 16;
     CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
-    whole.low = ceil_div64(tc.total, G) - 1;
+    whole.low = ceil_div64(total, G) - 1;
     if (whole.low < 0) whole.low = 0;
     whole.high = limit;
     whole.step = 1;
@@ -676,6 +667,39 @@ KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& re
   }
   counts.work_list_len = static_cast<int>(len);
   return counts;
+}
+
+// `reqs` (plan_detail::SeqlenRequests or StagedRequests): the batch's seqlens and terms.
+template <class Executor, class Requests>
+KBMLA_HD PlanCounts plan_measure_requests(const PlanShape& p, const Requests& reqs, Executor&& ex) {
+  using namespace plan_detail;
+  const TotalCost tc = ex.single([&] {
+    TotalCost t{0, -1, 0};
+    for (int b = 0; b < p.batch; ++b) {
+      if (reqs.seqlen(b) < 0) {
+        t.bad_index = b;
+        return t;
+      }
+      const RequestTerms q = reqs.terms(b);
+      t.total += q.whole;
+      if (q.r.blocks > 0 && q.r.tiles > 0 && q.tile_cost > t.max_tile_cost) t.max_tile_cost = q.tile_cost;
+    }
+    return t;
+  });
+  if (tc.bad_index >= 0) {
+    PlanCounts counts;
+    counts.num_q_tiles = ceil_div(p.heads * p.q_len, p.tile_rows);
+    counts.num_clusters = p.num_ctas / p.cluster_size;
+    counts.status = kPlanNegativeSeqlen;
+    counts.bad_index = tc.bad_index;
+    return counts;
+  }
+  const int T = ceil_div(p.heads * p.q_len, p.tile_rows);
+  const int G = p.num_ctas / p.cluster_size;
+  return plan_search(p, tc.total, tc.max_tile_cost, ex, [&](int64_t cap, bool whole, PlanCounts& local) {
+    CountSink count_sink(&local);
+    return fill(p, reqs, T, G, cap, whole, count_sink);
+  });
 }
 
 template <class Executor>

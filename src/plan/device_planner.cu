@@ -1,20 +1,37 @@
 #include "src/plan/device_planner.hpp"
 
+#include <climits>
+
 #include "kbmla/error.hpp"
+#include "src/plan/slot_walk.hpp"
+
+// Phase timestamps for a tracing build (the harness that defines KBMLA_PLANNER_TRACE
+// provides kbmla_planner_stamp, called by thread 0 at each phase's end).
+#ifdef KBMLA_PLANNER_TRACE
+#define KBMLA_PLANNER_STAMP() kbmla_planner_stamp()
+#else
+#define KBMLA_PLANNER_STAMP() \
+  do {                        \
+  } while (0)
+#endif
 
 namespace kbmla {
 
 namespace {
 
+using plan_detail::RequestTerms;
+
 // One warp per probe, and one more for the extra fill of first_fitting_with.
 constexpr int kPlannerWarps = kCapProbes + 1;
-static_assert(kPlannerWarps * 32 <= 1024, "one warp per probe in one CTA");
-static_assert(sizeof(plan_detail::RequestTerms) == 64, "the staged batch size assumes 64-byte terms");
+constexpr int kPlannerThreads = kPlannerWarps * 32;
+static_assert(kPlannerThreads <= 1024, "one warp per probe in one CTA");
+static_assert(sizeof(RequestTerms) == 64, "the staged batch size assumes 64-byte terms");
 
-// The K probes of a search round, one per warp (lanes of one warp would diverge on every
-// piece decision and run serially: measured, 775 us for batch 128): lane 0 of warp i
-// evaluates probe i with its counts, the lowest warp that fits wins. Every thread keeps the
-// same search state, so all call this the same number of times.
+// The K probes of a search round, one per warp: all 32 lanes of warp i evaluate probe i
+// (the slot walk's search uses them; fill() runs on every lane alike, which costs the warp
+// no more issue slots than one lane would), lane 0 stores the verdict and counts, the
+// lowest warp that fits wins. Every thread keeps the same search state, so all call this
+// the same number of times.
 struct BlockProbes {
   int* verdict;         // shared, kPlannerWarps entries
   PlanCounts* counted;  // shared, kPlannerWarps entries: each probe's counts
@@ -30,6 +47,7 @@ struct BlockProbes {
     if (threadIdx.x == 0) {
       const T v = f();
       memcpy(scratch, &v, sizeof(T));
+      KBMLA_PLANNER_STAMP();
     }
     __syncthreads();
     T v;
@@ -44,14 +62,17 @@ struct BlockProbes {
   __device__ int round(const CapSearch& s, Fits& fits, int64_t extra_cap, PlanCounts& winner, bool* extra_fits,
                        PlanCounts* extra) const {
     const int warp = int(threadIdx.x / 32);
-    if (threadIdx.x % 32 == 0) {
-      if (warp < kCapProbes) {
-        verdict[warp] = fits(s.probe(warp), counted[warp]) ? 1 : 0;
-      } else if (extra_cap >= 0) {
-        verdict[warp] = fits(extra_cap, counted[warp]) ? 1 : 0;
+    const bool lead = threadIdx.x % 32 == 0;
+    if (warp < kCapProbes || extra_cap >= 0) {
+      PlanCounts mine{};
+      const bool ok = fits(warp < kCapProbes ? s.probe(warp) : extra_cap, mine);
+      if (lead) {
+        verdict[warp] = ok ? 1 : 0;
+        counted[warp] = mine;
       }
     }
     __syncthreads();
+    if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
     int first = kCapProbes;
     for (int i = kCapProbes - 1; i >= 0; --i) {
       if (verdict[i]) first = i;
@@ -75,33 +96,320 @@ struct BlockProbes {
   }
 };
 
-constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
-// Batches up to this size also stage each request's fill terms (plan_detail::RequestTerms,
-// 64 bytes): every pass of every probe then reads them instead of recomputing them from the
-// seqlen (a division by the block size and 64-bit products per request and pass, on the one
-// thread whose chain sets the planner's time).
-constexpr int kStagedTermsBatch = 3072;
-constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t));
+// The slot walk's search on the device: the largest j in [lo, hi] with at(j) <= x (at()
+// nondecreasing, at(lo) <= x), 32 candidates per step, one per lane; the lanes that fit
+// are a prefix, so their count is the next bracket. Up to 32 requests in one step, 1024 in
+// two. Every lane returns the same j.
+struct WarpSearch {
+  template <class At>
+  __device__ int last_at_most(int lo, int hi, int64_t x, const At& at) const {
+    const int lane = int(threadIdx.x % 32);
+    // Most runs are short where the batch is about one request a slot: one compare first.
+    if (lo == hi || at(lo + 1) > x) return lo;
+    ++lo;
+    while (lo < hi) {
+      const int step = (hi - lo + 31) / 32;
+      const int idx = min(lo + (lane + 1) * step, hi);
+      const int k = __popc(__ballot_sync(0xffffffffu, at(idx) <= x));
+      const int next_hi = k < 32 ? min(lo + (k + 1) * step, hi) - 1 : hi;
+      if (k > 0) lo = min(lo + k * step, hi);
+      hi = next_hi;
+    }
+    return lo;
+  }
+};
 
-// kCapProbes warps search the cap (one probe each per round, one more warp for an extra
-// fill); thread 0 then writes the plan. On any failure the plan is left empty but
-// well-formed: every slot's column starts with a negative entry. 17 warps, so the fill may
-// keep 120 registers (with 32 warps it had 64 and spilled once the whole-request form was
-// added).
-__global__ void __launch_bounds__(kPlannerWarps * 32, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
-                                                             const int32_t* seqlens_global,
-                                                             const __grid_constant__ DevicePlanBuffers out) {
-  extern __shared__ uint4 staged_words[];  // (16-byte aligned)
-  uint8_t* staged_bytes = reinterpret_cast<uint8_t*>(staged_words);
-  __shared__ int verdict[kPlannerWarps];
-  __shared__ PlanCounts counted[kPlannerWarps];
-  __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
-  const BlockProbes probes{verdict, counted, scratch};
+// Batches up to this size are planned by the slot walk (slot_walk.hpp): each request's
+// fill terms and the batch's prefix sums in shared memory, 96 bytes a request (196 KiB at
+// 2048). Larger batches run fill() on seqlens staged in shared memory (up to kSmemSeqlens)
+// or read from global memory.
+constexpr int kWalkBatch = 2048;
+constexpr int kWalkWriteBatch = 16;
+constexpr size_t kWalkBytesPerRequest = sizeof(RequestTerms) + 2 * sizeof(int64_t) + 4 * sizeof(int32_t);
+constexpr size_t walk_smem_bytes(int batch) {
+  return size_t(batch) * kWalkBytesPerRequest + 2 * sizeof(int64_t) + 3 * sizeof(int32_t) + 16;
+}
+constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
+constexpr int kStagedTermsBatch = 3072;  // 204 KiB of terms and seqlens
+static_assert(kStagedTermsBatch * (sizeof(RequestTerms) + sizeof(int32_t)) <= 227 * 1024, "staged terms fit");
+constexpr size_t kPlannerSmemBytes = walk_smem_bytes(kWalkBatch) > kStagedTermsBatch * (sizeof(RequestTerms) + 4)
+                                         ? walk_smem_bytes(kWalkBatch)
+                                         : kStagedTermsBatch * (sizeof(RequestTerms) + 4);
+static_assert(kPlannerSmemBytes <= 227 * 1024, "the walk's shared memory fits one SM");
+
+// The walk's shared arrays (prefix sums: batch + 1 entries).
+struct WalkArrays {
+  RequestTerms* terms;
+  int64_t* whole;
+  int64_t* tile_cost;
+  int32_t* tiles;
+  int32_t* work;
+  int32_t* zero;    // zero-fill entries before each request
+  int32_t* splits;  // num_splits, kept for the split-request list
+  __device__ WalkArrays(uint8_t* base, int batch) {
+    const int n = batch + 1;
+    terms = reinterpret_cast<RequestTerms*>(base);
+    whole = reinterpret_cast<int64_t*>(terms + batch);
+    tile_cost = whole + n;
+    tiles = reinterpret_cast<int32_t*>(tile_cost + n);
+    work = tiles + n;
+    zero = work + n;
+    splits = zero + n;
+  }
+};
+
+// What a request adds to each prefix sum.
+struct PrefixParts {
+  int64_t whole = 0, tile_cost = 0;
+  int32_t tiles = 0, work = 0, zero = 0;
+  __device__ void add(const PrefixParts& o) {
+    whole += o.whole;
+    tile_cost += o.tile_cost;
+    tiles += o.tiles;
+    work += o.work;
+    zero += o.zero;
+  }
+  __device__ static PrefixParts of(const RequestTerms& t, int num_tiles) {
+    PrefixParts x;
+    const bool w = plan_detail::has_work(t.r);
+    x.whole = t.whole;
+    x.tile_cost = w ? t.tile_cost : 0;
+    x.tiles = w ? t.r.tiles : 0;
+    x.work = w ? 1 : 0;
+    x.zero = plan_detail::zero_fill_count(t.r, num_tiles);
+    return x;
+  }
+  __device__ PrefixParts shfl_up(int delta) const {
+    PrefixParts x;
+    x.whole = __shfl_up_sync(0xffffffffu, whole, delta);
+    x.tile_cost = __shfl_up_sync(0xffffffffu, tile_cost, delta);
+    x.tiles = __shfl_up_sync(0xffffffffu, tiles, delta);
+    x.work = __shfl_up_sync(0xffffffffu, work, delta);
+    x.zero = __shfl_up_sync(0xffffffffu, zero, delta);
+    return x;
+  }
+};
+
+// Exclusive prefix sums of the staged terms into the walk's arrays: each thread sums a
+// run of consecutive requests, the warps scan by shuffles, then across warps.
+__device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, PrefixParts* warp_sums) {
+  const int per_thread = (batch + kPlannerThreads - 1) / kPlannerThreads;
+  const int b0 = min(int(threadIdx.x) * per_thread, batch), b1 = min(b0 + per_thread, batch);
+  PrefixParts mine;
+  for (int b = b0; b < b1; ++b) mine.add(PrefixParts::of(a.terms[b], num_tiles));
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+  PrefixParts incl = mine;
+  for (int d = 1; d < 32; d *= 2) {
+    const PrefixParts up = incl.shfl_up(d);
+    if (lane >= d) incl.add(up);
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  PrefixParts run;
+  for (int w = 0; w < warp; ++w) run.add(warp_sums[w]);
+  run.add(incl);
+  // run is inclusive of this thread's requests: walk back to its first.
+  PrefixParts at = run;
+  at.whole -= mine.whole;
+  at.tile_cost -= mine.tile_cost;
+  at.tiles -= mine.tiles;
+  at.work -= mine.work;
+  at.zero -= mine.zero;
+  for (int b = b0; b < b1; ++b) {
+    a.whole[b] = at.whole;
+    a.tile_cost[b] = at.tile_cost;
+    a.tiles[b] = at.tiles;
+    a.work[b] = at.work;
+    a.zero[b] = at.zero;
+    at.add(PrefixParts::of(a.terms[b], num_tiles));
+  }
+  if (threadIdx.x == kPlannerThreads - 1) {
+    a.whole[batch] = run.whole;
+    a.tile_cost[batch] = run.tile_cost;
+    a.tiles[batch] = run.tiles;
+    a.work[batch] = run.work;
+    a.zero[batch] = run.zero;
+  }
+  __syncthreads();
+}
+
+// The header and the split-request list (wide requests first, each group in request
+// order), from num_splits (`splits`, readable by warp 0); thread 0 writes the header.
+__device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, int status, const int32_t* splits,
+                            const DevicePlanBuffers& out) {
+  if (threadIdx.x >= 32) return;
+  const PlanBuffers& buffers = out.plan;
+  DevicePlanHeader h{};
+  h.status = status;
+  h.bad_index = counts.bad_index;
+  if (status != kPlanOk) {
+    if (threadIdx.x != 0) return;
+    const int G = shape.num_ctas / shape.cluster_size;
+    for (int g = 0; g < G && g < buffers.work_list_capacity; ++g) buffers.work_list[g] = kNoWork;
+    for (int b = 0; b < shape.batch; ++b) buffers.num_splits[b] = 0;
+    *out.header = h;
+    return;
+  }
+  const int lane = int(threadIdx.x);
+  int n = 0;
+  for (int wide = 1; wide >= 0; --wide) {
+    for (int b0 = 0; b0 < shape.batch; b0 += 32) {
+      const int b = b0 + lane;
+      const int ns = b < shape.batch ? splits[b] : 0;
+      const bool take = ns > 1 && (ns > kCombineNarrowSplits) == bool(wide);
+      const unsigned taken = __ballot_sync(0xffffffffu, take);
+      const int at = n + __popc(taken & ((1u << lane) - 1));
+      if (take && at < out.split_requests_capacity) out.split_requests[at] = b;
+      n += __popc(taken);
+    }
+    if (wide) h.num_wide_requests = min(n, out.split_requests_capacity);
+  }
+  if (lane != 0) return;
+  h.num_split_requests = min(n, out.split_requests_capacity);
+  h.num_zero_fill = counts.num_zero_fill;
+  h.num_slots = counts.num_slots;
+  h.num_items = counts.num_items;
+  *out.header = h;
+  KBMLA_PLANNER_STAMP();
+}
+
+__device__ bool fits_capacities(const PlanCounts& c, const PlanBuffers& out) {
+  return out.work_list_capacity >= c.work_list_len && out.bounds_capacity >= c.num_bounds &&
+         out.zero_fill_capacity >= c.num_zero_fill;
+}
+
+// One probe's fill at `cap` with its counts (plan_search's fill_counts). Not inlined: the
+// search calls it from four places, and four inlined copies of both walks and fill() left
+// the kernel short of registers.
+struct WalkProbe {
+  const PlanShape* shape;  // (the kernel's __grid_constant__ parameter)
+  plan_detail::BatchPrefix pre;
+  plan_detail::StagedRequests reqs;
+  int num_tiles, num_clusters;
+  bool walk_whole_form;
+  int work_total, zero_total;
+  __device__ bool fill(int64_t cap, bool whole, PlanCounts& local) const {
+    const PlanShape& p = *shape;
+    if (whole ? !walk_whole_form : p.fixed_split_blocks > 0) {
+      PlanCounts mine = local;  // (counted in registers, stored once)
+      plan_detail::CountSink sink(&mine);
+      const bool ok = plan_detail::fill(p, reqs, num_tiles, num_clusters, cap, whole, sink);
+      local = mine;
+      return ok;
+    }
+    plan_detail::WalkCounter counter{pre, local, p.batch};
+    const bool ok = whole ? plan_detail::walk_whole(p, pre, num_tiles, num_clusters, cap, WarpSearch{}, counter)
+                          : plan_detail::walk_cut(p, reqs, pre, num_clusters, cap, WarpSearch{}, counter);
+    local = counter.counts;
+    if (whole) {
+      local.num_pieces = work_total;
+      local.num_bounds = 2 * work_total;
+    }
+    local.num_zero_fill = zero_total;
+    return ok;
+  }
+};
+
+// Batches up to kWalkBatch: the cap search's fills and the plan's writes are slot walks
+// (fill() where the walk does not apply: batch-invariant cuts, the whole form with
+// partly visible requests).
+__device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t* seqlens_global, const DevicePlanBuffers& out,
+                             uint8_t* staged_bytes, const BlockProbes& probes) {
+  __shared__ PrefixParts warp_sums[kPlannerWarps];
+  __shared__ int64_t warp_max[kPlannerWarps];
+  __shared__ int bad_index;
+  const int B = shape.batch;
+  const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
+  const int G = shape.num_ctas / shape.cluster_size;
+  const WalkArrays a(staged_bytes, B);
+  if (threadIdx.x == 0) bad_index = INT_MAX;
+  __syncthreads();
+  bool partly_visible = false;
+  int64_t max_tile_cost = 0;
+  for (int b = threadIdx.x; b < B; b += blockDim.x) {
+    const int32_t L = seqlens_global[b];
+    if (L < 0) atomicMin(&bad_index, b);
+    const RequestTerms t = plan_detail::request_terms(shape, L, T, /*staged=*/true);
+    a.terms[b] = t;
+    const bool work = plan_detail::has_work(t.r);
+    partly_visible |= work && t.r.first_tile > 0;
+    if (work && t.tile_cost > max_tile_cost) max_tile_cost = t.tile_cost;
+  }
+  for (int d = 16; d >= 1; d /= 2) max_tile_cost = max(max_tile_cost, __shfl_xor_sync(0xffffffffu, max_tile_cost, d));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_tile_cost;
+  // The whole form's walk needs every request fully visible; it is also slower than fill()
+  // where the slots' runs are short (one or two q tile units a slot: measured, uniform
+  // B128 Sq4, 55-58 us a round against 20), so it walks only where runs average 4 units.
+  const bool walk_whole_form = !__syncthreads_or(partly_visible) && T * B >= 4 * G;
+  if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
+  if (bad_index != INT_MAX) {
+    PlanCounts failed;
+    failed.status = kPlanNegativeSeqlen;
+    failed.bad_index = bad_index;
+    finish_plan(shape, failed, failed.status, nullptr, out);
+    return;
+  }
+  scan_prefixes(a, B, T, warp_sums);
+  if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
+  const plan_detail::BatchPrefix pre{a.whole, a.tile_cost, a.tiles, a.work};
+  const plan_detail::StagedRequests reqs{nullptr, a.terms};
+  const WalkProbe probe{&shape, pre, reqs, T, G, walk_whole_form, a.work[B], a.zero[B]};
+  auto fill_counts = [&](int64_t cap, bool whole, PlanCounts& local) { return probe.fill(cap, whole, local); };
+  max_tile_cost = 0;
+  for (int w = 0; w < kPlannerWarps; ++w) max_tile_cost = max(max_tile_cost, warp_max[w]);
+  const PlanCounts counts = plan_search(shape, a.whole[B], max_tile_cost, probes, fill_counts);
+  int status = counts.status;
+  if (status == kPlanOk && !fits_capacities(counts, out.plan)) status = kPlanCapacityTooSmall;
+  if (status != kPlanOk) {
+    finish_plan(shape, counts, status, nullptr, out);
+    return;
+  }
+  PlanBuffers buffers = out.plan;
+  // The walk writes a long request's slots in parallel (B1 L131072: 3.8 us against 11), but
+  // one warp's step per slot costs more than thread 0's fill() per request where slots
+  // hold a request or a few (B64-B512: 63-107 us against 47-65): it writes small batches.
+  const bool walked = B <= kWalkWriteBatch && (counts.whole_requests ? walk_whole_form : shape.fixed_split_blocks == 0);
+  if (!walked) {
+    if (threadIdx.x == 0) plan_write_requests(shape, reqs, counts, buffers);
+    __syncthreads();
+    finish_plan(shape, counts, status, buffers.num_splits, out);
+    return;
+  }
+  // Every entry past a slot's items is negative: that fill first, then warp 0 walks and
+  // writes the entries and the split table while the other warps write each request's
+  // zero-fill entries (and, in the whole form, its split-table row).
+  for (int i = threadIdx.x; i < counts.work_list_len; i += blockDim.x) buffers.work_list[i] = kNoWork;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    plan_detail::WalkWriter<plan_detail::StagedRequests> writer{
+        &shape, reqs, pre, counts.num_active_clusters, buffers, a.splits, int(threadIdx.x), 32, T};
+    if (counts.whole_requests) {
+      plan_detail::walk_whole(shape, pre, T, G, counts.cap, WarpSearch{}, writer);
+    } else {
+      plan_detail::walk_cut(shape, reqs, pre, G, counts.cap, WarpSearch{}, writer);
+    }
+  } else {
+    for (int b = threadIdx.x - 32; b < B; b += blockDim.x - 32) {
+      plan_detail::zero_fill_request(shape, reqs, T, buffers, a.zero[b], b);
+      if (counts.whole_requests) plan_detail::whole_form_request(reqs, pre, buffers, a.splits, b);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
+  finish_plan(shape, counts, status, a.splits, out);
+}
+
+// Larger batches: fill() on each request's terms staged in shared memory (up to
+// kStagedTermsBatch), else on seqlens there (up to kSmemSeqlens) or in global memory; thread
+// 0 writes.
+__device__ __noinline__ void plan_by_fill(const PlanShape& shape, const int32_t* seqlens_global,
+                                          const DevicePlanBuffers& out, uint8_t* staged_bytes,
+                                          const BlockProbes& probes) {
   PlanCounts counts;
   int status;
   PlanBuffers buffers = out.plan;
   if (shape.batch <= kStagedTermsBatch) {
-    auto* terms = reinterpret_cast<plan_detail::RequestTerms*>(staged_bytes);
+    auto* terms = reinterpret_cast<RequestTerms*>(staged_bytes);
     auto* seqlens = reinterpret_cast<int32_t*>(terms + shape.batch);
     const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
     for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) {
@@ -111,9 +419,8 @@ __global__ void __launch_bounds__(kPlannerWarps * 32, 1) device_planner_kernel(c
     __syncthreads();
     const plan_detail::StagedRequests reqs{seqlens, terms};
     counts = plan_measure_requests(shape, reqs, probes);
-    if (threadIdx.x != 0) return;
     status = counts.status;
-    if (status == kPlanOk) status = plan_write_requests(shape, reqs, counts, buffers);
+    if (threadIdx.x == 0 && status == kPlanOk) status = plan_write_requests(shape, reqs, counts, buffers);
   } else {
     const int32_t* seqlens = seqlens_global;
     if (shape.batch <= kSmemSeqlens) {
@@ -123,35 +430,32 @@ __global__ void __launch_bounds__(kPlannerWarps * 32, 1) device_planner_kernel(c
       seqlens = staged;
     }
     counts = plan_measure_with(shape, seqlens, probes);
-    if (threadIdx.x != 0) return;
     status = counts.status;
-    if (status == kPlanOk) status = plan_write(shape, seqlens, counts, buffers);
+    if (threadIdx.x == 0 && status == kPlanOk) status = plan_write(shape, seqlens, counts, buffers);
   }
-  DevicePlanHeader h{};  // (thread 0 only from here)
-  h.status = status;
-  h.bad_index = counts.bad_index;
-  if (status != kPlanOk) {
-    const int G = shape.num_ctas / shape.cluster_size;
-    for (int g = 0; g < G && g < buffers.work_list_capacity; ++g) buffers.work_list[g] = kNoWork;
-    for (int b = 0; b < shape.batch; ++b) buffers.num_splits[b] = 0;
-    *out.header = h;
-    return;
+  __syncthreads();
+  finish_plan(shape, counts, __shfl_sync(0xffffffffu, status, 0), buffers.num_splits, out);
+}
+
+// kCapProbes warps search the cap (one probe each per round, one more warp for an extra
+// fill). On any failure the plan is left empty but well-formed: every slot's column starts
+// with a negative entry. 17 warps, so the fill may keep 120 registers (with 32 warps it had
+// 64 and spilled once the whole-request form was added).
+__global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
+                                                        const int32_t* seqlens_global,
+                                                        const __grid_constant__ DevicePlanBuffers out) {
+  if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
+  extern __shared__ uint4 staged_words[];  // (16-byte aligned)
+  uint8_t* staged_bytes = reinterpret_cast<uint8_t*>(staged_words);
+  __shared__ int verdict[kPlannerWarps];
+  __shared__ PlanCounts counted[kPlannerWarps];
+  __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
+  const BlockProbes probes{verdict, counted, scratch};
+  if (shape.batch <= kWalkBatch) {
+    plan_by_walk(shape, seqlens_global, out, staged_bytes, probes);
+  } else {
+    plan_by_fill(shape, seqlens_global, out, staged_bytes, probes);
   }
-  int n = 0;
-  for (int wide = 1; wide >= 0; --wide) {
-    for (int b = 0; b < shape.batch; ++b) {
-      const int ns = buffers.num_splits[b];
-      if (ns > 1 && (ns > kCombineNarrowSplits) == bool(wide) && n < out.split_requests_capacity) {
-        out.split_requests[n++] = b;
-      }
-    }
-    if (wide) h.num_wide_requests = n;
-  }
-  h.num_split_requests = n;
-  h.num_zero_fill = counts.num_zero_fill;
-  h.num_slots = counts.num_slots;
-  h.num_items = counts.num_items;
-  *out.header = h;
 }
 
 }  // namespace
@@ -159,15 +463,16 @@ __global__ void __launch_bounds__(kPlannerWarps * 32, 1) device_planner_kernel(c
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
                            cudaStream_t stream) {
   require(shape.fixed_grid, "device planner: the shape must use the fixed-grid form");
+  require(out.plan.cluster_cost == nullptr, "device planner: cluster_cost is not written on the device; pass null");
   static const cudaError_t attr_err = cudaFuncSetAttribute(
-      device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStagedTermsBytes));
-  require(attr_err == cudaSuccess, "device planner: cannot reserve ", kStagedTermsBytes, " bytes of shared memory: ",
+      device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPlannerSmemBytes));
+  require(attr_err == cudaSuccess, "device planner: cannot reserve ", kPlannerSmemBytes, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  const size_t smem = shape.batch <= kStagedTermsBatch
-                          ? size_t(shape.batch) * (sizeof(plan_detail::RequestTerms) + sizeof(int32_t))
-                          : shape.batch <= kSmemSeqlens ? size_t(shape.batch) * sizeof(int32_t)
-                                                        : 0;
-  device_planner_kernel<<<1, kPlannerWarps * 32, smem, stream>>>(shape, seqlens, out);
+  const size_t smem = shape.batch <= kWalkBatch          ? walk_smem_bytes(shape.batch)
+                      : shape.batch <= kStagedTermsBatch ? size_t(shape.batch) * (sizeof(RequestTerms) + sizeof(int32_t))
+                      : shape.batch <= kSmemSeqlens      ? size_t(shape.batch) * sizeof(int32_t)
+                                                         : 0;
+  device_planner_kernel<<<1, kPlannerThreads, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));
 }

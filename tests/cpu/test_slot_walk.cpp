@@ -1,0 +1,213 @@
+// The device planner's slot walk (src/plan/slot_walk.hpp) against fill(), the host
+// planner's fill and the oracle: over random shapes, batches and caps (the least fitting
+// cap, its neighbours, and caps across the whole range), the same verdict and, where
+// everything fits, the same counts; at the planner's cap the same bytes written, with one
+// writer and with four interleaved ones (as lanes of a warp split the runs).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "kbmla/planner.hpp"
+#include "src/plan/slot_walk.hpp"
+
+namespace kbmla {
+namespace {
+
+using namespace plan_detail;
+
+std::vector<int32_t> walk_seqlens(std::mt19937_64& rng, int batch) {
+  std::uniform_int_distribution<int> mix(0, 3), any(0, 1 << 20), small(0, 300);
+  std::vector<int32_t> s(batch);
+  const int kind = mix(rng);
+  for (auto& x : s) {
+    if (kind == 0) x = any(rng) >> std::uniform_int_distribution<int>(4, 14)(rng);
+    if (kind == 1) x = small(rng) < 30 ? 0 : small(rng);  // short, with empty requests
+    if (kind == 2) x = int32_t(std::min(1.0e6, std::lognormal_distribution<double>(7.0, 1.8)(rng)));
+    if (kind == 3) x = small(rng) < 15 ? any(rng) : std::uniform_int_distribution<int>(0, 9)(rng);  // q_len edge
+  }
+  return s;
+}
+
+struct Staged {
+  std::vector<RequestTerms> terms;
+  std::vector<int64_t> whole, tile_cost;
+  std::vector<int32_t> tiles, work, zero;
+  BatchPrefix prefix() const { return {whole.data(), tile_cost.data(), tiles.data(), work.data()}; }
+  bool first_tiles_zero = true;
+};
+
+Staged stage(const PlanShape& p, const std::vector<int32_t>& seqlens, int T) {
+  Staged s;
+  const int B = p.batch;
+  s.whole.assign(B + 1, 0);
+  s.tile_cost.assign(B + 1, 0);
+  s.tiles.assign(B + 1, 0);
+  s.work.assign(B + 1, 0);
+  s.zero.assign(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    const RequestTerms t = request_terms(p, seqlens[b], T, /*staged=*/true);
+    s.terms.push_back(t);
+    const bool w = has_work(t.r);
+    s.whole[b + 1] = s.whole[b] + t.whole;
+    s.tile_cost[b + 1] = s.tile_cost[b] + (w ? t.tile_cost : 0);
+    s.tiles[b + 1] = s.tiles[b] + (w ? t.r.tiles : 0);
+    s.work[b + 1] = s.work[b] + (w ? 1 : 0);
+    s.zero[b + 1] = s.zero[b] + zero_fill_count(t.r, T);
+    if (w && t.r.first_tile > 0) s.first_tiles_zero = false;
+  }
+  return s;
+}
+
+struct Walked {
+  bool ok;
+  PlanCounts counts;
+};
+
+Walked walk_counts(const PlanShape& p, const StagedRequests& reqs, const Staged& st, int T, int G, int64_t cap,
+                   bool whole) {
+  PlanCounts c;
+  c.num_q_tiles = T;
+  c.num_clusters = G;
+  const BatchPrefix pre = st.prefix();
+  WalkCounter counter{pre, c, p.batch};
+  const bool ok = whole ? walk_whole(p, pre, T, G, cap, BinarySearch{}, counter)
+                        : walk_cut(p, reqs, pre, G, cap, BinarySearch{}, counter);
+  c = counter.counts;
+  if (whole) {
+    c.num_pieces = st.work[p.batch];
+    c.num_bounds = 2 * st.work[p.batch];
+  }
+  c.num_zero_fill = st.zero[p.batch];
+  return {ok, c};
+}
+
+Walked fill_counts(const PlanShape& p, const StagedRequests& reqs, int T, int G, int64_t cap, bool whole) {
+  PlanCounts c;
+  c.num_q_tiles = T;
+  c.num_clusters = G;
+  CountSink sink(&c);
+  const bool ok = fill(p, reqs, T, G, cap, whole, sink);
+  return {ok, c};
+}
+
+void expect_same_counts(const PlanCounts& a, const PlanCounts& b, const std::string& where) {
+  EXPECT_EQ(a.num_active_clusters, b.num_active_clusters) << where;
+  EXPECT_EQ(a.max_items_per_cluster, b.max_items_per_cluster) << where;
+  EXPECT_EQ(a.num_items, b.num_items) << where;
+  EXPECT_EQ(a.num_pieces, b.num_pieces) << where;
+  EXPECT_EQ(a.num_bounds, b.num_bounds) << where;
+  EXPECT_EQ(a.num_slots, b.num_slots) << where;
+  EXPECT_EQ(a.num_zero_fill, b.num_zero_fill) << where;
+}
+
+struct Tables {
+  std::vector<int32_t> work_list, num_splits, first_slot, bounds_offset, bounds, zero_fill;
+  PlanBuffers buffers(const PlanCounts& c) {
+    work_list.assign(c.work_list_len, kNoWork);
+    num_splits.assign(num_splits.size(), -7);
+    first_slot.assign(first_slot.size(), -7);
+    bounds_offset.assign(bounds_offset.size(), -7);
+    bounds.assign(c.num_bounds, -7);
+    zero_fill.assign(c.num_zero_fill, -7);
+    return {work_list.data(), int(work_list.size()), num_splits.data(), first_slot.data(), bounds_offset.data(),
+            bounds.data(),    int(bounds.size()),    zero_fill.data(),  int(zero_fill.size()), nullptr};
+  }
+};
+
+// The walk's writes (lanes writers, each walking with its own copy of the state) plus the
+// caller's parts, as the device planner makes them.
+Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c, int lanes) {
+  Tables t;
+  t.num_splits.resize(p.batch);
+  t.first_slot.resize(p.batch);
+  t.bounds_offset.resize(p.batch);
+  PlanBuffers out = t.buffers(c);
+  const BatchPrefix pre = st.prefix();
+  for (int b = 0; b < p.batch; ++b) zero_fill_request(p, reqs, c.num_q_tiles, out, st.zero[b], b);
+  if (c.whole_requests) {
+    for (int b = 0; b < p.batch; ++b) whole_form_request(reqs, pre, out, nullptr, b);
+  }
+  for (int lane = 0; lane < lanes; ++lane) {
+    WalkWriter<StagedRequests> w{&p, reqs, pre, c.num_active_clusters, out, nullptr, lane, lanes, c.num_q_tiles};
+    const bool ok = c.whole_requests ? walk_whole(p, pre, c.num_q_tiles, c.num_clusters, c.cap, BinarySearch{}, w)
+                                     : walk_cut(p, reqs, pre, c.num_clusters, c.cap, BinarySearch{}, w);
+    EXPECT_TRUE(ok);
+  }
+  return t;
+}
+
+TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
+  std::mt19937_64 rng(20261201);
+  std::uniform_int_distribution<int> q_len_d(1, 16), heads_d(1, 128), coin(0, 3);
+  int compared_caps = 0, fitting = 0, plans = 0, whole_plans = 0;
+  for (int i = 0; i < 3000; ++i) {
+    PlanShape p;
+    p.batch = std::uniform_int_distribution<int>(1, 1 << std::uniform_int_distribution<int>(0, 9)(rng))(rng);
+    p.q_len = q_len_d(rng);
+    p.heads = heads_d(rng);
+    p.causal = coin(rng) != 0;
+    p.cluster_size = p.heads * p.q_len > 64 ? 2 : 1;
+    p.tile_rows = 64 * p.cluster_size;
+    p.num_ctas = coin(rng) ? 132 : std::uniform_int_distribution<int>(2, 264)(rng);
+    p.cost = sm90_bf16_cost_model(p.heads * p.q_len);
+    if (coin(rng) == 0) p.cost = sm90_fp8_cost_model(p.heads * p.q_len);
+    p.fixed_grid = coin(rng) != 0;
+    const std::vector<int32_t> seqlens = walk_seqlens(rng, p.batch);
+    const int T = ceil_div(p.heads * p.q_len, p.tile_rows);
+    const int G = p.num_ctas / p.cluster_size;
+    const Staged st = stage(p, seqlens, T);
+    std::vector<int32_t> sl = seqlens;
+    const StagedRequests reqs{sl.data(), st.terms.data()};
+    const PlanCounts planned = plan_measure(p, seqlens.data());
+    ASSERT_EQ(planned.status, kPlanOk);
+    // Caps: the planner's, its neighbours, and a spread from below the bound to far above.
+    std::vector<int64_t> caps = {planned.cap - 1, planned.cap, planned.cap + 1};
+    const int64_t lo = st.whole[p.batch] / G;
+    for (int k = 0; k < 12; ++k) caps.push_back(lo + (lo + 100000) * k / 4 + std::uniform_int_distribution<int>(0, 999)(rng));
+    for (const int64_t cap : caps) {
+      for (int whole = 0; whole < 2; ++whole) {
+        if (whole && !st.first_tiles_zero) continue;
+        const Walked a = fill_counts(p, reqs, T, G, cap, whole);
+        const Walked b = walk_counts(p, reqs, st, T, G, cap, whole);
+        const std::string where = "config " + std::to_string(i) + " cap " + std::to_string(cap) + " whole " +
+                                  std::to_string(whole) + " batch " + std::to_string(p.batch);
+        ASSERT_EQ(a.ok, b.ok) << where;
+        ++compared_caps;
+        if (a.ok) {
+          ++fitting;
+          expect_same_counts(a.counts, b.counts, where);
+        }
+      }
+    }
+    if (planned.whole_requests && !st.first_tiles_zero) continue;
+    // Bytes at the planner's cap.
+    Tables want;
+    want.num_splits.resize(p.batch);
+    want.first_slot.resize(p.batch);
+    want.bounds_offset.resize(p.batch);
+    PlanBuffers wb = want.buffers(planned);
+    ASSERT_EQ(plan_write(p, seqlens.data(), planned, wb), kPlanOk);
+    for (int lanes : {1, 4}) {
+      const Tables got = walk_write(p, reqs, st, planned, lanes);
+      const std::string where = "config " + std::to_string(i) + " lanes " + std::to_string(lanes);
+      ASSERT_EQ(got.work_list, want.work_list) << where;
+      ASSERT_EQ(got.num_splits, want.num_splits) << where;
+      ASSERT_EQ(got.first_slot, want.first_slot) << where;
+      ASSERT_EQ(got.bounds_offset, want.bounds_offset) << where;
+      ASSERT_EQ(got.bounds, want.bounds) << where;
+      ASSERT_EQ(got.zero_fill, want.zero_fill) << where;
+    }
+    ++plans;
+    whole_plans += planned.whole_requests ? 1 : 0;
+  }
+  // The comparison must have covered both verdicts and both forms.
+  EXPECT_GT(fitting, compared_caps / 4);
+  EXPECT_LT(fitting, compared_caps);
+  EXPECT_GT(whole_plans, 100);
+  EXPECT_GT(plans - whole_plans, 100);
+}
+
+}  // namespace
+}  // namespace kbmla
