@@ -32,11 +32,43 @@ static_assert(sizeof(RequestTerms) == 64, "the staged batch size assumes 64-byte
 // no more issue slots than one lane would), lane 0 stores the verdict and counts, the
 // lowest warp that fits wins. Every thread keeps the same search state, so all call this
 // the same number of times.
+// The cut-form walks' step records (slot_walk.hpp, CutStep): each probe warp records its
+// walk's steps; after each round the fitting record with the least cap so far is kept, and
+// the plan, whose cap is the least fitting one probed, is then written from it request by
+// request, in parallel.
+struct StepRecords {
+  plan_detail::CutStep* per_warp;  // kPlannerWarps x stride
+  plan_detail::CutStep* kept;      // stride
+  int* num_steps;                  // kPlannerWarps: the warp's record, or -1 (none, or its fill failed)
+  int64_t* kept_cap;               // the kept record's cap (INT64_MAX: none)
+  int* kept_steps;
+  int stride;                      // G + 1 (every walk's steps fit)
+};
+
 struct BlockProbes {
   int* verdict;         // shared, kPlannerWarps entries
   PlanCounts* counted;  // shared, kPlannerWarps entries: each probe's counts
   uint8_t* scratch;     // shared, kScratchBytes, 16-byte aligned: single()'s result
+  const StepRecords* records;  // null: none kept
   static constexpr int kScratchBytes = 128;
+
+  // Between a round's two barriers: the least-cap fitting record of the warps that filled
+  // goes to `kept` (all threads copy); thread 0 notes it after the second barrier.
+  __device__ void keep_best_record(bool extra_ran, int64_t& cap, int& steps) const {
+    cap = *records->kept_cap;
+    int best = -1;
+    for (int w = 0; w < kPlannerWarps; ++w) {
+      const bool ran = w < kCapProbes || extra_ran;
+      if (ran && verdict[w] && records->num_steps[w] >= 0 && counted[w].cap < cap) {
+        cap = counted[w].cap;
+        best = w;
+      }
+    }
+    steps = best >= 0 ? records->num_steps[best] : -1;
+    if (best < 0) return;
+    const plan_detail::CutStep* from = records->per_warp + best * records->stride;
+    for (int i = threadIdx.x; i < steps; i += blockDim.x) records->kept[i] = from[i];
+  }
 
   // Thread 0 runs the sequential steps (the total) alone: with every warp running them, one
   // copy of a dependent chain per warp shared the SM's four schedulers.
@@ -82,7 +114,14 @@ struct BlockProbes {
       *extra_fits = verdict[kCapProbes] != 0;
       *extra = counted[kCapProbes];
     }
+    int64_t kept_cap = 0;
+    int kept_steps = -1;
+    if (records != nullptr) keep_best_record(extra_cap >= 0, kept_cap, kept_steps);
     __syncthreads();
+    if (threadIdx.x == 0 && kept_steps >= 0) {
+      *records->kept_cap = kept_cap;
+      *records->kept_steps = kept_steps;
+    }
     return first;
   }
   template <class Fits>
@@ -119,23 +158,37 @@ struct WarpSearch {
   }
 };
 
-// Batches up to this size are planned by the slot walk (slot_walk.hpp): each request's
-// fill terms and the batch's prefix sums in shared memory, 96 bytes a request (196 KiB at
-// 2048). Larger batches run fill() on seqlens staged in shared memory (up to kSmemSeqlens)
-// or read from global memory.
+// Shared memory, by batch size (dynamic, at most kMaxPlannerSmem: 227 KiB less the static
+// part, with room):
+//  - up to kWalkBatch: the slot walk (slot_walk.hpp), each request's fill terms and the
+//    batch's prefix sums, 96 bytes a request (196 KiB at 2048); then, where they fit and
+//    the batch is above kWalkWriteBatch, the cut-form walks' step records
+//    (kPlannerWarps + 1 records of G + 1 steps, 4.2 KiB each at G = 132);
+//  - up to kStagedTermsBatch: fill() on the terms staged there (68 bytes a request);
+//  - up to kSmemSeqlens: fill() on the seqlens staged there; beyond, read from global memory.
+// Small batches are written by the walk itself, which takes a long request's slots 32 at
+// a time (B1 L131072: 3.9 us, against 13 from the records and 11 by fill()); above, the
+// records write every request at once (B64 L32768: 4.7 us against 47, lognormal B512: 5.6
+// against 65-155).
 constexpr int kWalkBatch = 2048;
-constexpr int kWalkWriteBatch = 16;
+constexpr int kWalkWriteBatch = 8;
+constexpr int kStagedTermsBatch = 3072;
+constexpr int kSmemSeqlens = 12 * 1024;
+constexpr size_t kMaxPlannerSmem = 220 * 1024;
 constexpr size_t kWalkBytesPerRequest = sizeof(RequestTerms) + 2 * sizeof(int64_t) + 4 * sizeof(int32_t);
-constexpr size_t walk_smem_bytes(int batch) {
+__host__ __device__ constexpr size_t walk_smem_bytes(int batch) {
   return size_t(batch) * kWalkBytesPerRequest + 2 * sizeof(int64_t) + 3 * sizeof(int32_t) + 16;
 }
-constexpr int kSmemSeqlens = 12 * 1024;  // 48 KiB of seqlens staged in shared memory
-constexpr int kStagedTermsBatch = 3072;  // 204 KiB of terms and seqlens
-static_assert(kStagedTermsBatch * (sizeof(RequestTerms) + sizeof(int32_t)) <= 227 * 1024, "staged terms fit");
-constexpr size_t kPlannerSmemBytes = walk_smem_bytes(kWalkBatch) > kStagedTermsBatch * (sizeof(RequestTerms) + 4)
-                                         ? walk_smem_bytes(kWalkBatch)
-                                         : kStagedTermsBatch * (sizeof(RequestTerms) + 4);
-static_assert(kPlannerSmemBytes <= 227 * 1024, "the walk's shared memory fits one SM");
+__host__ __device__ constexpr size_t walk_records_offset(int batch) { return (walk_smem_bytes(batch) + 15) / 16 * 16; }
+__host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
+  return size_t(kPlannerWarps + 1) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
+}
+__host__ __device__ constexpr bool walk_records_used(int batch, int num_clusters) {
+  return batch > kWalkWriteBatch && walk_records_offset(batch) + walk_records_bytes(num_clusters) <= kMaxPlannerSmem;
+}
+constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(RequestTerms) + sizeof(int32_t));
+static_assert(walk_smem_bytes(kWalkBatch) <= kMaxPlannerSmem && kStagedTermsBytes <= kMaxPlannerSmem,
+              "the planner's shared memory fits one SM");
 
 // The walk's shared arrays (prefix sums: batch + 1 entries).
 struct WalkArrays {
@@ -278,9 +331,8 @@ __device__ bool fits_capacities(const PlanCounts& c, const PlanBuffers& out) {
          out.zero_fill_capacity >= c.num_zero_fill;
 }
 
-// One probe's fill at `cap` with its counts (plan_search's fill_counts). Not inlined: the
-// search calls it from four places, and four inlined copies of both walks and fill() left
-// the kernel short of registers.
+// One probe's fill at `cap` with its counts (plan_search's fill_counts). Inlined: as a
+// call it ran 10-20 % slower (measured, H200), its caller's live state saved around it.
 struct WalkProbe {
   const PlanShape* shape;  // (the kernel's __grid_constant__ parameter)
   plan_detail::BatchPrefix pre;
@@ -288,8 +340,12 @@ struct WalkProbe {
   int num_tiles, num_clusters;
   bool walk_whole_form;
   int work_total, zero_total;
+  const StepRecords* records;  // null: the cut walks record nothing
   __device__ bool fill(int64_t cap, bool whole, PlanCounts& local) const {
     const PlanShape& p = *shape;
+    const int warp = int(threadIdx.x / 32);
+    const bool record = records != nullptr && !whole && p.fixed_split_blocks == 0;
+    if (records != nullptr && !record && threadIdx.x % 32 == 0) records->num_steps[warp] = -1;
     if (whole ? !walk_whole_form : p.fixed_split_blocks > 0) {
       PlanCounts mine = local;  // (counted in registers, stored once)
       plan_detail::CountSink sink(&mine);
@@ -298,9 +354,14 @@ struct WalkProbe {
       return ok;
     }
     plan_detail::WalkCounter counter{pre, local, p.batch};
+    if (record && threadIdx.x % 32 == 0) {  // (lane 0 stores the steps)
+      counter.steps = records->per_warp + warp * records->stride;
+      counter.max_steps = records->stride;
+    }
     const bool ok = whole ? plan_detail::walk_whole(p, pre, num_tiles, num_clusters, cap, WarpSearch{}, counter)
                           : plan_detail::walk_cut(p, reqs, pre, num_clusters, cap, WarpSearch{}, counter);
     local = counter.counts;
+    if (record && threadIdx.x % 32 == 0) records->num_steps[warp] = ok ? counter.num_steps : -1;
     if (whole) {
       local.num_pieces = work_total;
       local.num_bounds = 2 * work_total;
@@ -314,15 +375,27 @@ struct WalkProbe {
 // (fill() where the walk does not apply: batch-invariant cuts, the whole form with
 // partly visible requests).
 __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t* seqlens_global, const DevicePlanBuffers& out,
-                             uint8_t* staged_bytes, const BlockProbes& probes) {
+                             uint8_t* staged_bytes, const BlockProbes& block_probes) {
   __shared__ PrefixParts warp_sums[kPlannerWarps];
   __shared__ int64_t warp_max[kPlannerWarps];
   __shared__ int bad_index;
+  __shared__ int num_steps[kPlannerWarps];
+  __shared__ int64_t kept_cap;
+  __shared__ int kept_steps;
   const int B = shape.batch;
   const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
   const int G = shape.num_ctas / shape.cluster_size;
   const WalkArrays a(staged_bytes, B);
-  if (threadIdx.x == 0) bad_index = INT_MAX;
+  auto* steps = reinterpret_cast<plan_detail::CutStep*>(staged_bytes + walk_records_offset(B));
+  const StepRecords records{steps, steps + kPlannerWarps * (G + 1), num_steps, &kept_cap, &kept_steps, G + 1};
+  const bool recording = walk_records_used(B, G);
+  BlockProbes probes = block_probes;
+  probes.records = recording ? &records : nullptr;
+  if (threadIdx.x == 0) {
+    bad_index = INT_MAX;
+    kept_cap = INT64_MAX;
+    kept_steps = 0;
+  }
   __syncthreads();
   bool partly_visible = false;
   int64_t max_tile_cost = 0;
@@ -353,7 +426,7 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
   const plan_detail::BatchPrefix pre{a.whole, a.tile_cost, a.tiles, a.work};
   const plan_detail::StagedRequests reqs{nullptr, a.terms};
-  const WalkProbe probe{&shape, pre, reqs, T, G, walk_whole_form, a.work[B], a.zero[B]};
+  const WalkProbe probe{&shape, pre, reqs, T, G, walk_whole_form, a.work[B], a.zero[B], probes.records};
   auto fill_counts = [&](int64_t cap, bool whole, PlanCounts& local) { return probe.fill(cap, whole, local); };
   max_tile_cost = 0;
   for (int w = 0; w < kPlannerWarps; ++w) max_tile_cost = max(max_tile_cost, warp_max[w]);
@@ -365,6 +438,21 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     return;
   }
   PlanBuffers buffers = out.plan;
+  __syncthreads();  // (thread 0 noted the kept record after the last round's barrier)
+  if (recording && !counts.whole_requests && shape.fixed_split_blocks == 0 && kept_cap == counts.cap) {
+    // Cut form: each request's writes from the kept steps, all requests at once.
+    for (int i = threadIdx.x; i < counts.work_list_len; i += blockDim.x) buffers.work_list[i] = kNoWork;
+    __syncthreads();
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+      plan_detail::zero_fill_request(shape, reqs, T, buffers, a.zero[b], b);
+      plan_detail::write_request_from_steps(shape, reqs, pre, records.kept, kept_steps, G, counts.cap,
+                                            counts.num_active_clusters, T, buffers, a.splits, b);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
+    finish_plan(shape, counts, status, a.splits, out);
+    return;
+  }
   // The walk writes a long request's slots in parallel (B1 L131072: 3.8 us against 11), but
   // one warp's step per slot costs more than thread 0's fill() per request where slots
   // hold a request or a few (B64-B512: 63-107 us against 47-65): it writes small batches.
@@ -450,7 +538,7 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
   __shared__ int verdict[kPlannerWarps];
   __shared__ PlanCounts counted[kPlannerWarps];
   __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
-  const BlockProbes probes{verdict, counted, scratch};
+  const BlockProbes probes{verdict, counted, scratch, nullptr};
   if (shape.batch <= kWalkBatch) {
     plan_by_walk(shape, seqlens_global, out, staged_bytes, probes);
   } else {
@@ -465,10 +553,14 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
   require(shape.fixed_grid, "device planner: the shape must use the fixed-grid form");
   require(out.plan.cluster_cost == nullptr, "device planner: cluster_cost is not written on the device; pass null");
   static const cudaError_t attr_err = cudaFuncSetAttribute(
-      device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kPlannerSmemBytes));
-  require(attr_err == cudaSuccess, "device planner: cannot reserve ", kPlannerSmemBytes, " bytes of shared memory: ",
+      device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxPlannerSmem));
+  require(attr_err == cudaSuccess, "device planner: cannot reserve ", kMaxPlannerSmem, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  const size_t smem = shape.batch <= kWalkBatch          ? walk_smem_bytes(shape.batch)
+  const int G = shape.num_ctas / shape.cluster_size;
+  const size_t walk_bytes = walk_records_used(shape.batch, G)
+                                ? walk_records_offset(shape.batch) + walk_records_bytes(G)
+                                : walk_smem_bytes(shape.batch);
+  const size_t smem = shape.batch <= kWalkBatch          ? walk_bytes
                       : shape.batch <= kStagedTermsBatch ? size_t(shape.batch) * (sizeof(RequestTerms) + sizeof(int32_t))
                       : shape.batch <= kSmemSeqlens      ? size_t(shape.batch) * sizeof(int32_t)
                                                          : 0;

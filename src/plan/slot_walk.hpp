@@ -64,6 +64,63 @@ struct BinarySearch {
 // Cut form (fill() with whole_requests false, fixed_split_blocks 0).
 // (Prefixes and requests by value, so that on the device their pointers stay in registers
 // instead of being read through the caller's stack frame at every step.)
+// fill()'s loop for request b, which has work and does not fit whole at `load` in slot
+// c < G: a cut here (or none), then the rest from an empty slot. Moves c and load on.
+enum BoundaryResult : int { kBoundaryFails, kBoundaryDone, kBoundaryAgain };
+template <class Requests, class Out>
+KBMLA_HD BoundaryResult cut_boundary(const Requests& reqs, int num_clusters, int64_t cap, int b, int& c,
+                                     int64_t& load, Out& out) {
+  const int G = num_clusters;
+  const RequestTerms q = reqs.terms(b);
+  const RequestInfo& r = q.r;
+  int split = 0;
+  int begin = 0;
+  if (load > 0) {
+    const int64_t space = cap - load - q.piece_overhead;
+    const int64_t fit = space >= 0 ? blocks_within(q, space) : 0;
+    if (fit >= r.min_piece && fit < r.blocks && 1 < kMaxSplitsPerRequest) {
+      out.piece(c, b, r, 0, 0, static_cast<int>(fit));
+      split = 1;
+      begin = static_cast<int>(fit);
+    }
+    ++c;  // the slot closes
+    load = 0;
+    if (split == 0) return kBoundaryAgain;  // b starts again at the next, empty slot
+    if (c >= G) return kBoundaryFails;
+  }
+  // Request b at an empty slot, `split` pieces placed, the rest from block `begin`.
+  const int remaining = r.blocks - begin;
+  const int64_t space = cap - q.piece_overhead;
+  const int64_t fit = space >= 0 ? blocks_within(q, space) : 0;
+  if (fit >= r.min_piece && fit < remaining) {
+    // fill()'s kJump: this and the next n - 1 slots take `fit` blocks each, the rest
+    // (at most `fit`) goes to slot c + n.
+    const int f = static_cast<int>(fit);
+    const int n = (remaining + f - 1) / f - 1;
+    if (split + n >= kMaxSplitsPerRequest) return kBoundaryFails;
+    if (c + n >= G) return kBoundaryFails;
+    out.full_slots(c, n, b, r, split, begin, f);
+    c += n;
+    split += n;
+    begin += n * f;
+    out.piece(c, b, r, split, begin, r.blocks);
+    load = q.piece_overhead + int64_t{r.blocks - begin} * q.block_cost;
+    ++split;
+  } else if (split > 0 && fit >= remaining) {
+    out.piece(c, b, r, split, begin, r.blocks);
+    load = q.piece_overhead + int64_t{remaining} * q.block_cost;
+    ++split;
+  } else {
+    return kBoundaryFails;  // not even a minimal piece fits an empty slot
+  }
+  out.cut_done(b, r, split);
+  return kBoundaryDone;
+}
+
+// Cut form (fill() with whole_requests false, fixed_split_blocks 0). Each step is a run of
+// whole requests from b, then the request that ends it (out.step(b, c, load) first).
+// (Prefixes and requests by value, so that on the device their pointers stay in registers
+// instead of being read through the caller's stack frame at every step.)
 template <class Requests, class Search, class Out>
 KBMLA_HD bool walk_cut(const PlanShape& p, const Requests reqs, const BatchPrefix pre, int num_clusters, int64_t cap,
                        const Search& search, Out& out) {
@@ -73,6 +130,7 @@ KBMLA_HD bool walk_cut(const PlanShape& p, const Requests reqs, const BatchPrefi
   int c = 0;
   int64_t load = 0;
   while (b < B) {
+    out.step(b, c, load);
     // The requests from b on that fit whole: while load + whole[b, j) <= cap.
     const int j = search.last_at_most(b, B, cap - load + pre.whole[b], [&](int i) { return pre.whole[i]; });
     if (j > b) {
@@ -86,50 +144,9 @@ KBMLA_HD bool walk_cut(const PlanShape& p, const Requests reqs, const BatchPrefi
     }
     // Request b has work and does not fit whole at this load (fill()'s loop from here).
     if (c >= G) return false;
-    const RequestTerms q = reqs.terms(b);
-    const RequestInfo& r = q.r;
-    int split = 0;
-    int begin = 0;
-    if (load > 0) {
-      const int64_t space = cap - load - q.piece_overhead;
-      const int64_t fit = space >= 0 ? blocks_within(q, space) : 0;
-      if (fit >= r.min_piece && fit < r.blocks && 1 < kMaxSplitsPerRequest) {
-        out.piece(c, b, r, 0, 0, static_cast<int>(fit));
-        split = 1;
-        begin = static_cast<int>(fit);
-      }
-      ++c;  // the slot closes
-      load = 0;
-      if (split == 0) continue;  // b starts again at the next, empty slot
-      if (c >= G) return false;
-    }
-    // Request b at an empty slot, `split` pieces placed, the rest from block `begin`.
-    const int remaining = r.blocks - begin;
-    const int64_t space = cap - q.piece_overhead;
-    const int64_t fit = space >= 0 ? blocks_within(q, space) : 0;
-    if (fit >= r.min_piece && fit < remaining) {
-      // fill()'s kJump: this and the next n - 1 slots take `fit` blocks each, the rest
-      // (at most `fit`) goes to slot c + n.
-      const int f = static_cast<int>(fit);
-      const int n = (remaining + f - 1) / f - 1;
-      if (split + n >= kMaxSplitsPerRequest) return false;
-      if (c + n >= G) return false;
-      out.full_slots(c, n, b, r, split, begin, f);
-      c += n;
-      split += n;
-      begin += n * f;
-      out.piece(c, b, r, split, begin, r.blocks);
-      load = q.piece_overhead + int64_t{r.blocks - begin} * q.block_cost;
-      ++split;
-    } else if (split > 0 && fit >= remaining) {
-      out.piece(c, b, r, split, begin, r.blocks);
-      load = q.piece_overhead + int64_t{remaining} * q.block_cost;
-      ++split;
-    } else {
-      return false;  // not even a minimal piece fits an empty slot
-    }
-    out.cut_done(b, r, split);
-    ++b;
+    const BoundaryResult result = cut_boundary(reqs, G, cap, b, c, load, out);
+    if (result == kBoundaryFails) return false;
+    if (result == kBoundaryDone) ++b;
   }
   return true;
 }
@@ -174,6 +191,14 @@ KBMLA_HD bool walk_whole(const PlanShape& p, const BatchPrefix pre, int num_tile
   return true;
 }
 
+// Where a cut-form step started: its first request, slot and load, and the writer's
+// bookkeeping there (items already in the slot, bounds and partial slots used before it).
+// From these, each request's writes are independent (write_request_from_steps).
+struct CutStep {
+  int32_t b, c, in_slot, bounds_used, slots_used, unused;
+  int64_t load;
+};
+
 // Counts as CountSink does (the fields a fill counts; num_zero_fill and, in the whole
 // form, the pieces and bounds do not depend on the cap: the caller adds them).
 // Its counts are a member (registers on the device), copied out by the caller.
@@ -181,8 +206,17 @@ struct WalkCounter {
   BatchPrefix pre;
   PlanCounts counts;
   int batch = 1;
+  CutStep* steps = nullptr;  // optional: each cut-form step's start (write_request_from_steps)
+  int max_steps = 0;         // steps' capacity; G + 1 holds every walk (each step but the last closes a slot)
+  int num_steps = 0;
   int current = -1;
   int in_slot = 0;
+  KBMLA_HD void step(int b, int c, int64_t load) {
+    if (steps != nullptr && num_steps < max_steps) {
+      steps[num_steps] = {b, c, c == current ? in_slot : 0, counts.num_bounds, counts.num_slots, 0, load};
+    }
+    ++num_steps;
+  }
   KBMLA_HD void add(int c, int n) {
     if (n <= 0) return;
     if (c != current) {
@@ -238,6 +272,7 @@ struct WalkWriter {
   int bounds_used = 0;
   int slots_used = 0;
 
+  KBMLA_HD void step(int, int, int64_t) {}
   KBMLA_HD int slot_index(int c) {  // the slot's next item index, as WriteSink counts it
     if (c != current) {
       current = c;
@@ -314,6 +349,39 @@ struct WalkWriter {
     }
   }
 };
+
+// Request i's writes in the cut form at `cap`, from the steps a WalkCounter recorded at that
+// cap (steps[0].b is 0; the walk fitted): the last step starting at or before i placed it,
+// whole in its run or as the request that ended the run, whose pieces the boundary code
+// replays from the state the prefix sums give. Requests write in parallel on the device.
+template <class Requests>
+KBMLA_HD void write_request_from_steps(const PlanShape& p, const Requests reqs, const BatchPrefix pre,
+                                       const CutStep* steps, int num_steps, int num_clusters, int64_t cap,
+                                       int active_clusters, int num_tiles, const PlanBuffers out,
+                                       int32_t* splits_copy, int i) {
+  int lo = 0, hi = num_steps - 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (steps[mid].b <= i) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const CutStep st = steps[lo];
+  WalkWriter<Requests> w{&p, reqs, pre, active_clusters, out, splits_copy, 0, 1, num_tiles};
+  w.current = st.c;
+  w.in_slot = st.in_slot + pre.tiles[i] - pre.tiles[st.b];
+  w.bounds_used = st.bounds_used + 2 * (pre.work[i] - pre.work[st.b]);
+  w.slots_used = st.slots_used;
+  int64_t load = st.load + pre.whole[i] - pre.whole[st.b];
+  if (load + (pre.whole[i + 1] - pre.whole[i]) <= cap) {
+    w.run(st.c, i, i + 1);
+    return;
+  }
+  int c = st.c;
+  cut_boundary(reqs, num_clusters, cap, i, c, load, w);
+}
 
 // The whole form's per-request table (WriteSink's whole_request and request_done), which
 // does not depend on the placement: request b's bounds sit at 2 x (requests with work

@@ -2,7 +2,8 @@
 // planner's fill and the oracle: over random shapes, batches and caps (the least fitting
 // cap, its neighbours, and caps across the whole range), the same verdict and, where
 // everything fits, the same counts; at the planner's cap the same bytes written, with one
-// writer and with four interleaved ones (as lanes of a warp split the runs).
+// writer and with four interleaved ones (as lanes of a warp split the runs), and (cut form)
+// request by request from the steps a counting walk recorded.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,11 +105,12 @@ void expect_same_counts(const PlanCounts& a, const PlanCounts& b, const std::str
 
 struct Tables {
   std::vector<int32_t> work_list, num_splits, first_slot, bounds_offset, bounds, zero_fill;
-  PlanBuffers buffers(const PlanCounts& c) {
+  // Sized for the plan, every entry but the work list's poisoned.
+  PlanBuffers buffers(const PlanCounts& c, int batch) {
     work_list.assign(c.work_list_len, kNoWork);
-    num_splits.assign(num_splits.size(), -7);
-    first_slot.assign(first_slot.size(), -7);
-    bounds_offset.assign(bounds_offset.size(), -7);
+    num_splits.assign(batch, -7);
+    first_slot.assign(batch, -7);
+    bounds_offset.assign(batch, -7);
     bounds.assign(c.num_bounds, -7);
     zero_fill.assign(c.num_zero_fill, -7);
     return {work_list.data(), int(work_list.size()), num_splits.data(), first_slot.data(), bounds_offset.data(),
@@ -120,10 +122,7 @@ struct Tables {
 // caller's parts, as the device planner makes them.
 Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c, int lanes) {
   Tables t;
-  t.num_splits.resize(p.batch);
-  t.first_slot.resize(p.batch);
-  t.bounds_offset.resize(p.batch);
-  PlanBuffers out = t.buffers(c);
+  PlanBuffers out = t.buffers(c, p.batch);
   const BatchPrefix pre = st.prefix();
   for (int b = 0; b < p.batch; ++b) zero_fill_request(p, reqs, c.num_q_tiles, out, st.zero[b], b);
   if (c.whole_requests) {
@@ -138,10 +137,33 @@ Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const Staged& 
   return t;
 }
 
+// The cut form's writes request by request from the steps a counting walk recorded.
+Tables step_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c) {
+  Tables t;
+  PlanBuffers out = t.buffers(c, p.batch);
+  const BatchPrefix pre = st.prefix();
+  std::vector<CutStep> steps(c.num_clusters + 1);
+  PlanCounts counted;
+  WalkCounter counter{pre, counted, p.batch, steps.data(), int(steps.size())};
+  EXPECT_TRUE(walk_cut(p, reqs, pre, c.num_clusters, c.cap, BinarySearch{}, counter));
+  EXPECT_LE(counter.num_steps, c.num_clusters + 1);
+  for (int b = p.batch - 1; b >= 0; --b) {  // (any order: the requests' writes are independent)
+    zero_fill_request(p, reqs, c.num_q_tiles, out, st.zero[b], b);
+    write_request_from_steps(p, reqs, pre, steps.data(), counter.num_steps, c.num_clusters, c.cap,
+                             c.num_active_clusters, c.num_q_tiles, out, nullptr, b);
+  }
+  return t;
+}
+
+bool same_tables(const Tables& a, const Tables& b) {
+  return a.work_list == b.work_list && a.num_splits == b.num_splits && a.first_slot == b.first_slot &&
+         a.bounds_offset == b.bounds_offset && a.bounds == b.bounds && a.zero_fill == b.zero_fill;
+}
+
 TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
   std::mt19937_64 rng(20261201);
   std::uniform_int_distribution<int> q_len_d(1, 16), heads_d(1, 128), coin(0, 3);
-  int compared_caps = 0, fitting = 0, plans = 0, whole_plans = 0;
+  int compared_caps = 0, fitting = 0, plans = 0, whole_plans = 0, step_plans = 0;
   for (int i = 0; i < 3000; ++i) {
     PlanShape p;
     p.batch = std::uniform_int_distribution<int>(1, 1 << std::uniform_int_distribution<int>(0, 9)(rng))(rng);
@@ -184,20 +206,14 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
     if (planned.whole_requests && !st.first_tiles_zero) continue;
     // Bytes at the planner's cap.
     Tables want;
-    want.num_splits.resize(p.batch);
-    want.first_slot.resize(p.batch);
-    want.bounds_offset.resize(p.batch);
-    PlanBuffers wb = want.buffers(planned);
+    PlanBuffers wb = want.buffers(planned, p.batch);
     ASSERT_EQ(plan_write(p, seqlens.data(), planned, wb), kPlanOk);
     for (int lanes : {1, 4}) {
-      const Tables got = walk_write(p, reqs, st, planned, lanes);
-      const std::string where = "config " + std::to_string(i) + " lanes " + std::to_string(lanes);
-      ASSERT_EQ(got.work_list, want.work_list) << where;
-      ASSERT_EQ(got.num_splits, want.num_splits) << where;
-      ASSERT_EQ(got.first_slot, want.first_slot) << where;
-      ASSERT_EQ(got.bounds_offset, want.bounds_offset) << where;
-      ASSERT_EQ(got.bounds, want.bounds) << where;
-      ASSERT_EQ(got.zero_fill, want.zero_fill) << where;
+      ASSERT_TRUE(same_tables(walk_write(p, reqs, st, planned, lanes), want)) << "config " << i << " lanes " << lanes;
+    }
+    if (!planned.whole_requests) {
+      ASSERT_TRUE(same_tables(step_write(p, reqs, st, planned), want)) << "config " << i << " from steps";
+      ++step_plans;
     }
     ++plans;
     whole_plans += planned.whole_requests ? 1 : 0;
@@ -207,6 +223,7 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
   EXPECT_LT(fitting, compared_caps);
   EXPECT_GT(whole_plans, 100);
   EXPECT_GT(plans - whole_plans, 100);
+  EXPECT_EQ(step_plans, plans - whole_plans);
 }
 
 }  // namespace
