@@ -140,12 +140,18 @@ struct BlockProbes {
 // are a prefix, so their count is the next bracket. Up to 32 requests in one step, 1024 in
 // two. Every lane returns the same j.
 struct WarpSearch {
+  static constexpr int kScalarProbes = 4;
   template <class At>
   __device__ int last_at_most(int lo, int hi, int64_t x, const At& at) const {
     const int lane = int(threadIdx.x % 32);
-    // Most runs are short where the batch is about one request a slot: one compare first.
-    if (lo == hi || at(lo + 1) > x) return lo;
-    ++lo;
+    // Most runs are short where the batch is about one request a slot: a few compares first,
+    // each cheaper than a ballot round (measured, H200: none -> two, uniform B128 Sq4 replans
+    // 278 -> 231 us, lognormal B128 Sq4 250 -> 239; four, 232 and 232; eight, no better).
+#pragma unroll
+    for (int k = 0; k < kScalarProbes; ++k) {
+      if (lo == hi || at(lo + 1) > x) return lo;
+      ++lo;
+    }
     while (lo < hi) {
       const int step = (hi - lo + 31) / 32;
       const int idx = min(lo + (lane + 1) * step, hi);
