@@ -1,13 +1,13 @@
 // Host planner: validates a plan request with clear errors and runs the planner core
-// (planner_core.hpp) into owned host buffers. Plan once per decode step; every layer of
-// the step reuses the plan.
+// (planner_core.hpp, planner_search.hpp) into owned host buffers. Plan once per decode
+// step; every layer of the step reuses the plan.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "kbmla/planner_core.hpp"
+#include "kbmla/planner_search.hpp"
 #include "kbmla/work_format.hpp"
 
 namespace kbmla {

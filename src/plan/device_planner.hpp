@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kbmla/planner_core.hpp"
+#include "kbmla/planner_search.hpp"
 #include "kbmla/work_format.hpp"
 
 namespace kbmla {

@@ -1,7 +1,7 @@
 #include <cstdio>
 #include <random>
 #include <vector>
-#include "kbmla/planner_core.hpp"
+#include "kbmla/planner_search.hpp"
 using namespace kbmla;
 int main() {
   std::mt19937_64 rng(99);
