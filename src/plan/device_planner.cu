@@ -64,7 +64,8 @@ struct BlockProbes {
         best = w;
       }
     }
-    steps = best >= 0 ? records->num_steps[best] : -1;
+    // (A walk takes at most G + 1 steps, the stride: min() only keeps the copy in bounds.)
+    steps = best >= 0 ? min(records->num_steps[best], records->stride) : -1;
     if (best < 0) return;
     const plan_detail::CutStep* from = records->per_warp + best * records->stride;
     for (int i = threadIdx.x; i < steps; i += blockDim.x) records->kept[i] = from[i];

@@ -31,7 +31,7 @@ std::unique_ptr<DevicePlan::Impl> host_plan(int heads, int q_len, const std::vec
   const DecodeConfig config{.heads = heads, .q_len = q_len, .d_qk = cache.d_qk, .page_size = cache.page_size,
                             .kv_dtype = cache.kv_dtype, .softmax_scale = 1.f};
   return detail::make_host_impl(config, seqlens,
-                                PlanOptions{.policy = policy, .num_ctas = ctas, .static_splits = static_splits});
+                                PlanOptions{.policy = policy, .num_ctas = ctas, .static_splits = static_splits, .cost = {}});
 }
 
 struct EnvGuard {
