@@ -32,16 +32,17 @@ static_assert(sizeof(RequestTerms) == 64, "the staged batch size assumes 64-byte
 // no more issue slots than one lane would), lane 0 stores the verdict and counts, the
 // lowest warp that fits wins. Every thread keeps the same search state, so all call this
 // the same number of times.
-// The cut-form walks' step records (slot_walk.hpp, CutStep): each probe warp records its
-// walk's steps; after each round the fitting record with the least cap so far is kept, and
-// the plan, whose cap is the least fitting one probed, is then written from it request by
-// request, in parallel.
+// The probes' records of where their slots start: a cut-form walk's steps (CutStep), a
+// whole-form fill's or walk's first unit of each slot (int32). After each round the
+// fitting record with the least cap so far is kept for each form, and the plan, whose cap
+// is its form's least fitting one probed, is then written from it in parallel (request by
+// request, unit by unit).
 struct StepRecords {
-  plan_detail::CutStep* per_warp;  // kPlannerWarps x stride
-  plan_detail::CutStep* kept;      // stride
-  int* num_steps;                  // kPlannerWarps: the warp's record, or -1 (none, or its fill failed)
-  int64_t* kept_cap;               // the kept record's cap (INT64_MAX: none)
-  int* kept_steps;
+  plan_detail::CutStep* per_warp;  // kPlannerWarps x stride (a whole-form record: int32s)
+  plan_detail::CutStep* kept[2];   // stride each: [0] cut form, [1] whole form
+  int* num_steps;                  // kPlannerWarps: the warp's record's length, or -1 (none, or its fill failed)
+  int64_t* kept_cap;               // [2]: the kept record's cap (INT64_MAX: none)
+  int* kept_steps;                 // [2]
   int stride;                      // G + 1 (every walk's steps fit)
 };
 
@@ -52,23 +53,32 @@ struct BlockProbes {
   const StepRecords* records;  // null: none kept
   static constexpr int kScratchBytes = 128;
 
-  // Between a round's two barriers: the least-cap fitting record of the warps that filled
-  // goes to `kept` (all threads copy); thread 0 notes it after the second barrier.
-  __device__ void keep_best_record(bool extra_ran, int64_t& cap, int& steps) const {
-    cap = *records->kept_cap;
-    int best = -1;
+  // Between a round's two barriers: for each form, the least-cap fitting record of the
+  // warps that filled goes to its `kept` (all threads copy); thread 0 notes them after the
+  // second barrier.
+  __device__ void keep_best_records(bool extra_ran, int64_t (&cap)[2], int (&steps)[2]) const {
+    int best[2] = {-1, -1};
+    for (int f = 0; f < 2; ++f) cap[f] = records->kept_cap[f];
     for (int w = 0; w < kPlannerWarps; ++w) {
       const bool ran = w < kCapProbes || extra_ran;
-      if (ran && verdict[w] && records->num_steps[w] >= 0 && counted[w].cap < cap) {
-        cap = counted[w].cap;
-        best = w;
+      const int f = counted[w].whole_requests ? 1 : 0;
+      if (ran && verdict[w] && records->num_steps[w] >= 0 && counted[w].cap < cap[f]) {
+        cap[f] = counted[w].cap;
+        best[f] = w;
       }
     }
-    // (A walk takes at most G + 1 steps, the stride: min() only keeps the copy in bounds.)
-    steps = best >= 0 ? min(records->num_steps[best], records->stride) : -1;
-    if (best < 0) return;
-    const plan_detail::CutStep* from = records->per_warp + best * records->stride;
-    for (int i = threadIdx.x; i < steps; i += blockDim.x) records->kept[i] = from[i];
+    for (int f = 0; f < 2; ++f) {
+      // (A record holds at most G + 1 entries, the stride: min() only keeps the copy in bounds.)
+      steps[f] = best[f] >= 0 ? min(records->num_steps[best[f]], records->stride) : -1;
+      if (best[f] < 0) continue;
+      const plan_detail::CutStep* from = records->per_warp + best[f] * records->stride;
+      if (f == 0) {
+        for (int i = threadIdx.x; i < steps[f]; i += blockDim.x) records->kept[0][i] = from[i];
+      } else {
+        auto* to = reinterpret_cast<int32_t*>(records->kept[1]);
+        for (int i = threadIdx.x; i < steps[f]; i += blockDim.x) to[i] = reinterpret_cast<const int32_t*>(from)[i];
+      }
+    }
   }
 
   // Thread 0 runs the sequential steps (the total) alone: with every warp running them, one
@@ -115,13 +125,16 @@ struct BlockProbes {
       *extra_fits = verdict[kCapProbes] != 0;
       *extra = counted[kCapProbes];
     }
-    int64_t kept_cap = 0;
-    int kept_steps = -1;
-    if (records != nullptr) keep_best_record(extra_cap >= 0, kept_cap, kept_steps);
+    int64_t kept_cap[2] = {0, 0};
+    int kept_steps[2] = {-1, -1};
+    if (records != nullptr) keep_best_records(extra_cap >= 0, kept_cap, kept_steps);
     __syncthreads();
-    if (threadIdx.x == 0 && kept_steps >= 0) {
-      *records->kept_cap = kept_cap;
-      *records->kept_steps = kept_steps;
+    if (threadIdx.x == 0) {
+      for (int f = 0; f < 2; ++f) {
+        if (kept_steps[f] < 0) continue;
+        records->kept_cap[f] = kept_cap[f];
+        records->kept_steps[f] = kept_steps[f];
+      }
     }
     return first;
   }
@@ -169,8 +182,8 @@ struct WarpSearch {
 // part, with room):
 //  - up to kWalkBatch: the slot walk (slot_walk.hpp), each request's fill terms and the
 //    batch's prefix sums, 96 bytes a request (196 KiB at 2048); then, where they fit and
-//    the batch is above kWalkWriteBatch, the cut-form walks' step records
-//    (kPlannerWarps + 1 records of G + 1 steps, 4.2 KiB each at G = 132);
+//    the batch is above kWalkWriteBatch, the probes' slot records (StepRecords:
+//    kPlannerWarps + 2 records of G + 1 steps, 4.2 KiB each at G = 132);
 //  - up to kStagedTermsBatch: fill() on the terms staged there (68 bytes a request);
 //  - up to kSmemSeqlens: fill() on the seqlens staged there; beyond, read from global memory.
 // Small batches are written by the walk itself, which takes a long request's slots 32 at
@@ -188,7 +201,7 @@ __host__ __device__ constexpr size_t walk_smem_bytes(int batch) {
 }
 __host__ __device__ constexpr size_t walk_records_offset(int batch) { return (walk_smem_bytes(batch) + 15) / 16 * 16; }
 __host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
-  return size_t(kPlannerWarps + 1) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
+  return size_t(kPlannerWarps + 2) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
 }
 __host__ __device__ constexpr bool walk_records_used(int batch, int num_clusters) {
   return batch > kWalkWriteBatch && walk_records_offset(batch) + walk_records_bytes(num_clusters) <= kMaxPlannerSmem;
@@ -345,24 +358,35 @@ struct WalkProbe {
   plan_detail::BatchPrefix pre;
   plan_detail::StagedRequests reqs;
   int num_tiles, num_clusters;
-  bool walk_whole_form;
+  bool all_visible;      // every request with work sees a key from its first q tile on
+  bool walk_whole_form;  // the whole form walks (all_visible, and runs long enough)
   int work_total, zero_total;
-  const StepRecords* records;  // null: the cut walks record nothing
+  const StepRecords* records;  // null: nothing recorded
   __device__ bool fill(int64_t cap, bool whole, PlanCounts& local) const {
     const PlanShape& p = *shape;
     const int warp = int(threadIdx.x / 32);
-    const bool record = records != nullptr && !whole && p.fixed_split_blocks == 0;
-    if (records != nullptr && !record && threadIdx.x % 32 == 0) records->num_steps[warp] = -1;
+    const bool lead = threadIdx.x % 32 == 0;
+    const bool record = records != nullptr && (whole ? all_visible : p.fixed_split_blocks == 0);
+    plan_detail::CutStep* record_at = record ? records->per_warp + warp * records->stride : nullptr;
+    if (records != nullptr && !record && lead) records->num_steps[warp] = -1;
     if (whole ? !walk_whole_form : p.fixed_split_blocks > 0) {
       PlanCounts mine = local;  // (counted in registers, stored once)
-      plan_detail::CountSink sink(&mine);
-      const bool ok = plan_detail::fill(p, reqs, num_tiles, num_clusters, cap, whole, sink);
+      bool ok;
+      if (record) {  // (whole form: each slot's first unit, the same from every lane)
+        plan_detail::SlotStartSink sink(&mine, reinterpret_cast<int32_t*>(record_at), p.batch);
+        ok = plan_detail::fill(p, reqs, num_tiles, num_clusters, cap, whole, sink);
+        if (lead) records->num_steps[warp] = ok ? sink.num_slots_used : -1;
+      } else {
+        plan_detail::CountSink sink(&mine);
+        ok = plan_detail::fill(p, reqs, num_tiles, num_clusters, cap, whole, sink);
+      }
       local = mine;
       return ok;
     }
     plan_detail::WalkCounter counter{pre, local, p.batch};
-    if (record && threadIdx.x % 32 == 0) {  // (lane 0 stores the steps)
-      counter.steps = records->per_warp + warp * records->stride;
+    if (record && whole) counter.slot_starts = reinterpret_cast<int32_t*>(record_at);
+    if (record && !whole && lead) {  // (lane 0 stores the steps)
+      counter.steps = record_at;
       counter.max_steps = records->stride;
     }
     const bool ok = whole ? plan_detail::walk_whole(p, pre, num_tiles, num_clusters, cap, WarpSearch{}, counter)
@@ -387,21 +411,22 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   __shared__ int64_t warp_max[kPlannerWarps];
   __shared__ int bad_index;
   __shared__ int num_steps[kPlannerWarps];
-  __shared__ int64_t kept_cap;
-  __shared__ int kept_steps;
+  __shared__ int64_t kept_cap[2];
+  __shared__ int kept_steps[2];
   const int B = shape.batch;
   const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
   const int G = shape.num_ctas / shape.cluster_size;
   const WalkArrays a(staged_bytes, B);
   auto* steps = reinterpret_cast<plan_detail::CutStep*>(staged_bytes + walk_records_offset(B));
-  const StepRecords records{steps, steps + kPlannerWarps * (G + 1), num_steps, &kept_cap, &kept_steps, G + 1};
+  const StepRecords records{steps,     {steps + kPlannerWarps * (G + 1), steps + (kPlannerWarps + 1) * (G + 1)},
+                            num_steps, kept_cap, kept_steps, G + 1};
   const bool recording = walk_records_used(B, G);
   BlockProbes probes = block_probes;
   probes.records = recording ? &records : nullptr;
   if (threadIdx.x == 0) {
     bad_index = INT_MAX;
-    kept_cap = INT64_MAX;
-    kept_steps = 0;
+    kept_cap[0] = kept_cap[1] = INT64_MAX;
+    kept_steps[0] = kept_steps[1] = 0;
   }
   __syncthreads();
   bool partly_visible = false;
@@ -420,7 +445,8 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   // The whole form's walk needs every request fully visible; it is also slower than fill()
   // where the slots' runs are short (one or two q tile units a slot: measured, uniform
   // B128 Sq4, 55-58 us a round against 20), so it walks only where runs average 4 units.
-  const bool walk_whole_form = !__syncthreads_or(partly_visible) && T * B >= 4 * G;
+  const bool all_visible = !__syncthreads_or(partly_visible);
+  const bool walk_whole_form = all_visible && T * B >= 4 * G;
   if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
   if (bad_index != INT_MAX) {
     PlanCounts failed;
@@ -433,7 +459,7 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
   const plan_detail::BatchPrefix pre{a.whole, a.tile_cost, a.tiles, a.work};
   const plan_detail::StagedRequests reqs{nullptr, a.terms};
-  const WalkProbe probe{&shape, pre, reqs, T, G, walk_whole_form, a.work[B], a.zero[B], probes.records};
+  const WalkProbe probe{&shape, pre, reqs, T, G, all_visible, walk_whole_form, a.work[B], a.zero[B], probes.records};
   auto fill_counts = [&](int64_t cap, bool whole, PlanCounts& local) { return probe.fill(cap, whole, local); };
   max_tile_cost = 0;
   for (int w = 0; w < kPlannerWarps; ++w) max_tile_cost = max(max_tile_cost, warp_max[w]);
@@ -445,14 +471,33 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     return;
   }
   PlanBuffers buffers = out.plan;
-  __syncthreads();  // (thread 0 noted the kept record after the last round's barrier)
-  if (recording && !counts.whole_requests && shape.fixed_split_blocks == 0 && kept_cap == counts.cap) {
+  __syncthreads();  // (thread 0 noted the kept records after the last round's barrier)
+  if (recording && counts.whole_requests && all_visible && kept_cap[1] == counts.cap) {
+    // Whole form: each request's table row and each q tile unit's entry at once.
+    for (int i = threadIdx.x; i < counts.work_list_len; i += blockDim.x) buffers.work_list[i] = kNoWork;
+    __syncthreads();
+    for (int b = threadIdx.x; b < B; b += blockDim.x) {
+      plan_detail::zero_fill_request(shape, reqs, T, buffers, a.zero[b], b);
+      plan_detail::whole_form_request(reqs, pre, buffers, a.splits, b);
+    }
+    const plan_detail::UnitPrefix units(pre, B);
+    const auto* starts = reinterpret_cast<const int32_t*>(records.kept[1]);
+    for (int k = threadIdx.x; k < T * B; k += blockDim.x) {
+      plan_detail::write_unit_from_starts(shape, reqs, units, starts, kept_steps[1], counts.num_active_clusters,
+                                          buffers, k);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
+    finish_plan(shape, counts, status, a.splits, out);
+    return;
+  }
+  if (recording && !counts.whole_requests && shape.fixed_split_blocks == 0 && kept_cap[0] == counts.cap) {
     // Cut form: each request's writes from the kept steps, all requests at once.
     for (int i = threadIdx.x; i < counts.work_list_len; i += blockDim.x) buffers.work_list[i] = kNoWork;
     __syncthreads();
     for (int b = threadIdx.x; b < B; b += blockDim.x) {
       plan_detail::zero_fill_request(shape, reqs, T, buffers, a.zero[b], b);
-      plan_detail::write_request_from_steps(shape, reqs, pre, records.kept, kept_steps, G, counts.cap,
+      plan_detail::write_request_from_steps(shape, reqs, pre, records.kept[0], kept_steps[0], G, counts.cap,
                                             counts.num_active_clusters, T, buffers, a.splits, b);
     }
     __syncthreads();

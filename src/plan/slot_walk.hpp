@@ -248,7 +248,30 @@ struct WalkCounter {
     if (splits > 0) counts.num_bounds += splits + 1;
     if (splits > 1) counts.num_slots += splits;
   }
-  KBMLA_HD void units(int c, int u, int v, const UnitPrefix& up) { add(c, up.work(v) - up.work(u)); }
+  // Optional (whole form): each slot's first unit (write_unit_from_starts); num_steps: the slots.
+  int32_t* slot_starts = nullptr;
+  KBMLA_HD void units(int c, int u, int v, const UnitPrefix& up) {
+    add(c, up.work(v) - up.work(u));
+    if (slot_starts != nullptr) slot_starts[c] = u;
+    num_steps = c + 1;
+  }
+};
+
+// CountSink for fill()'s whole form that also records each slot's first unit, as
+// WalkCounter does (fill() places a slot's units in order, and every slot it closes holds
+// some): the device planner's whole-form probes where it does not walk.
+struct SlotStartSink : CountSink {
+  int32_t* slot_starts;
+  int batch;
+  int num_slots_used = 0;
+  KBMLA_HD SlotStartSink(PlanCounts* c, int32_t* starts, int b) : CountSink(c), slot_starts(starts), batch(b) {}
+  KBMLA_HD void item(int cluster, int b, int tile) {
+    if (cluster != current_cluster) {
+      slot_starts[cluster] = tile * batch + b;
+      num_slots_used = cluster + 1;
+    }
+    CountSink::item(cluster, b, tile);
+  }
 };
 
 // Writes as WriteSink does, the work list's entries and the split table, with `lanes`
@@ -381,6 +404,29 @@ KBMLA_HD void write_request_from_steps(const PlanShape& p, const Requests reqs, 
   }
   int c = st.c;
   cut_boundary(reqs, num_clusters, cap, i, c, load, w);
+}
+
+// Whole form: unit k's work-list entry (if its request has work) from each slot's first
+// unit, recorded at the plan's cap by a counting fill or walk (every request with work has
+// first_tile 0, as UnitPrefix needs). Units write in parallel on the device.
+template <class Requests>
+KBMLA_HD void write_unit_from_starts(const PlanShape& p, const Requests reqs, const UnitPrefix& up,
+                                     const int32_t* slot_starts, int num_slots, int active_clusters,
+                                     const PlanBuffers out, int k) {
+  const int t = up.by_batch.div(k);
+  const int b = k - t * p.batch;
+  if (!has_work(reqs.terms(b).r)) return;
+  int lo = 0, hi = num_slots - 1;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo + 1) / 2;
+    if (slot_starts[mid] <= k) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int index = up.work(k) - up.work(slot_starts[lo]);
+  out.work_list[lo + index * active_clusters] = make_work_entry(t, b, p.batch, 0);
 }
 
 // The whole form's per-request table (WriteSink's whole_request and request_done), which

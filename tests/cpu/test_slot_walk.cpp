@@ -2,8 +2,9 @@
 // planner's fill and the oracle: over random shapes, batches and caps (the least fitting
 // cap, its neighbours, and caps across the whole range), the same verdict and, where
 // everything fits, the same counts; at the planner's cap the same bytes written, with one
-// writer and with four interleaved ones (as lanes of a warp split the runs), and (cut form)
-// request by request from the steps a counting walk recorded.
+// writer and with four interleaved ones (as lanes of a warp split the runs), request by
+// request from the steps a counting walk recorded (cut form) and unit by unit from each
+// slot's first unit (whole form).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -155,6 +156,38 @@ Tables step_write(const PlanShape& p, const StagedRequests& reqs, const Staged& 
   return t;
 }
 
+// The whole form's writes unit by unit from each slot's first unit, recorded by fill()
+// (SlotStartSink: the first unit placed) or by the walk (WalkCounter: the first unit of
+// the slot's run, which in slot 0 may be a unit without work before it).
+Tables unit_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c,
+                  bool by_walk) {
+  Tables t;
+  PlanBuffers out = t.buffers(c, p.batch);
+  const BatchPrefix pre = st.prefix();
+  std::vector<int32_t> starts(c.num_clusters, -1);
+  PlanCounts counted;
+  int num_slots = 0;
+  if (by_walk) {
+    WalkCounter counter{pre, counted, p.batch};
+    counter.slot_starts = starts.data();
+    EXPECT_TRUE(walk_whole(p, pre, c.num_q_tiles, c.num_clusters, c.cap, BinarySearch{}, counter));
+    num_slots = counter.num_steps;
+  } else {
+    SlotStartSink sink(&counted, starts.data(), p.batch);
+    EXPECT_TRUE(fill(p, reqs, c.num_q_tiles, c.num_clusters, c.cap, true, sink));
+    num_slots = sink.num_slots_used;
+  }
+  const UnitPrefix up(pre, p.batch);
+  for (int b = 0; b < p.batch; ++b) {
+    zero_fill_request(p, reqs, c.num_q_tiles, out, st.zero[b], b);
+    whole_form_request(reqs, pre, out, nullptr, b);
+  }
+  for (int k = c.num_q_tiles * p.batch - 1; k >= 0; --k) {
+    write_unit_from_starts(p, reqs, up, starts.data(), num_slots, c.num_active_clusters, out, k);
+  }
+  return t;
+}
+
 bool same_tables(const Tables& a, const Tables& b) {
   return a.work_list == b.work_list && a.num_splits == b.num_splits && a.first_slot == b.first_slot &&
          a.bounds_offset == b.bounds_offset && a.bounds == b.bounds && a.zero_fill == b.zero_fill;
@@ -214,6 +247,11 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
     if (!planned.whole_requests) {
       ASSERT_TRUE(same_tables(step_write(p, reqs, st, planned), want)) << "config " << i << " from steps";
       ++step_plans;
+    } else {
+      for (bool by_walk : {false, true}) {
+        ASSERT_TRUE(same_tables(unit_write(p, reqs, st, planned, by_walk), want))
+            << "config " << i << " from slot starts, walk " << by_walk;
+      }
     }
     ++plans;
     whole_plans += planned.whole_requests ? 1 : 0;
