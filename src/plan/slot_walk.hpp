@@ -12,6 +12,11 @@
 // The CPU tests compare both with fill() over random batches and caps; fill() stays the
 // host planner and the oracle.
 //
+// Parallel writes: a counting walk (or fill(), for the whole form) can record where each
+// of its slots starts (CutStep, slot_starts); from the record made at the plan's cap every
+// request (cut form: write_request_from_steps) or q tile unit (whole form:
+// write_unit_from_starts) writes its own entries, independently of the others.
+//
 // Not covered (the device planner runs fill() there): batch-invariant plans
 // (fixed_split_blocks), and the whole form when a request with work has q tiles without
 // a visible key (first_tile > 0: its units are not the same in every tile pass).
