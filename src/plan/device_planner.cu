@@ -27,11 +27,6 @@ constexpr int kPlannerThreads = kPlannerWarps * 32;
 static_assert(kPlannerThreads <= 1024, "one warp per probe in one CTA");
 static_assert(sizeof(RequestTerms) == 64, "the staged batch size assumes 64-byte terms");
 
-// The K probes of a search round, one per warp: all 32 lanes of warp i evaluate probe i
-// (the slot walk's search uses them; fill() runs on every lane alike, which costs the warp
-// no more issue slots than one lane would), lane 0 stores the verdict and counts, the
-// lowest warp that fits wins. Every thread keeps the same search state, so all call this
-// the same number of times.
 // The probes' records of where their slots start: a cut-form walk's steps (CutStep), a
 // whole-form fill's or walk's first unit of each slot (int32). After each round the
 // fitting record with the least cap so far is kept for each form, and the plan, whose cap
@@ -46,6 +41,11 @@ struct StepRecords {
   int stride;                      // G + 1 (every walk's steps fit)
 };
 
+// The K probes of a search round, one per warp: all 32 lanes of warp i evaluate probe i
+// (the slot walk's search uses them; fill() runs on every lane alike, which costs the warp
+// no more issue slots than one lane would), lane 0 stores the verdict and counts, the
+// lowest warp that fits wins. Every thread keeps the same search state, so all call this
+// the same number of times.
 struct BlockProbes {
   int* verdict;         // shared, kPlannerWarps entries
   PlanCounts* counted;  // shared, kPlannerWarps entries: each probe's counts
@@ -579,8 +579,9 @@ __device__ __noinline__ void plan_by_fill(const PlanShape& shape, const int32_t*
 
 // kCapProbes warps search the cap (one probe each per round, one more warp for an extra
 // fill). On any failure the plan is left empty but well-formed: every slot's column starts
-// with a negative entry. 17 warps, so the fill may keep 120 registers (with 32 warps it had
-// 64 and spilled once the whole-request form was added).
+// with a negative entry. 17 warps: with 32 the fill had 64 registers and spilled once the
+// whole-request form was added; 544 threads get 96 (a few of the planner's values spill,
+// ptxas -warn-spills, none measured as mattering: v44).
 __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                         const int32_t* seqlens_global,
                                                         const __grid_constant__ DevicePlanBuffers out) {
