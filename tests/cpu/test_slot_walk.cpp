@@ -264,5 +264,45 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
   EXPECT_EQ(step_plans, plans - whole_plans);
 }
 
+// make_host_plan searches with the walk (host_planner.cpp): its plans must be plan_measure
+// and plan_write's, byte for byte, batch-invariant cuts and custom cost models included.
+TEST(SlotWalk, HostPlansEqualPlanMeasureAndWrite) {
+  std::mt19937_64 rng(99);
+  int whole_plans = 0;
+  for (int i = 0; i < 4000; ++i) {
+    PlanShape p;
+    p.heads = std::uniform_int_distribution<int>(1, 128)(rng);
+    p.q_len = std::uniform_int_distribution<int>(1, 16)(rng);
+    p.cluster_size = p.heads * p.q_len > 64 ? 2 : 1;
+    p.tile_rows = 64 * p.cluster_size;
+    p.num_ctas = std::max(p.cluster_size, std::uniform_int_distribution<int>(1, 264)(rng) / p.cluster_size * p.cluster_size);
+    p.causal = rng() % 4 != 0;
+    p.fixed_grid = rng() % 2 != 0;
+    if (rng() % 10 == 0) p.fixed_split_blocks = 8 + int(rng() % 64);
+    p.cost = {int64_t(500 + rng() % 3000), int64_t(1000 + rng() % 9000), int64_t(1000 + rng() % 5000)};
+    p.batch = 1 + int(rng() % (i % 5 == 0 ? 2000 : 40));
+    const std::vector<int32_t> seqlens = walk_seqlens(rng, p.batch);
+    const HostPlan got = make_host_plan(p, seqlens);
+    const PlanCounts c = plan_measure(p, seqlens.data());
+    ASSERT_EQ(c.status, kPlanOk);
+    Tables want;
+    PlanBuffers out = want.buffers(c, p.batch);
+    std::vector<int64_t> cluster_cost(c.num_clusters, 0);
+    out.cluster_cost = cluster_cost.data();
+    ASSERT_EQ(plan_write(p, seqlens.data(), c, out), kPlanOk);
+    const std::string where = "config " + std::to_string(i);
+    ASSERT_EQ(got.counts.cap, c.cap) << where;
+    ASSERT_EQ(got.counts.whole_requests, c.whole_requests) << where;
+    expect_same_counts(got.counts, c, where);
+    ASSERT_EQ(got.counts.work_list_len, c.work_list_len) << where;
+    const Tables got_tables{got.work_list, got.num_splits, got.first_slot, got.bounds_offset, got.bounds, got.zero_fill};
+    ASSERT_TRUE(same_tables(got_tables, want)) << where;
+    ASSERT_EQ(got.cluster_cost, cluster_cost) << where;
+    whole_plans += c.whole_requests ? 1 : 0;
+  }
+  EXPECT_GT(whole_plans, 100);
+  EXPECT_LT(whole_plans, 3900);
+}
+
 }  // namespace
 }  // namespace kbmla
