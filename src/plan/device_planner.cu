@@ -505,9 +505,10 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     finish_plan(shape, counts, status, a.splits, out);
     return;
   }
-  // The walk writes a long request's slots in parallel (B1 L131072: 3.8 us against 11), but
-  // one warp's step per slot costs more than thread 0's fill() per request where slots
-  // hold a request or a few (B64-B512: 63-107 us against 47-65): it writes small batches.
+  // No record (batches of at most kWalkWriteBatch, or records that do not fit): the walk
+  // itself writes small batches, a long request's slots 32 at a time (B1 L131072: 3.8 us
+  // against 11); elsewhere one warp's step per slot costs more than thread 0's fill() per
+  // request (B64-B512: 63-107 us against 47-65), which writes the rest.
   const bool walked = B <= kWalkWriteBatch && (counts.whole_requests ? walk_whole_form : shape.fixed_split_blocks == 0);
   if (!walked) {
     if (threadIdx.x == 0) plan_write_requests(shape, reqs, counts, buffers);

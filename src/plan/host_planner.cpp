@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kbmla/error.hpp"
-#include "src/plan/slot_walk.hpp"
+#include "src/plan/staged_batch.hpp"
 
 namespace kbmla {
 
@@ -20,41 +20,27 @@ namespace {
 // plan_measure runs.
 PlanCounts measure_by_walk(const PlanShape& p, std::span<const int32_t> seqlens) {
   using namespace plan_detail;
-  const int B = p.batch;
   const int T = ceil_div(p.heads * p.q_len, p.tile_rows);
   const int G = p.num_ctas / p.cluster_size;
-  std::vector<RequestTerms> terms(B);
-  std::vector<int64_t> whole(B + 1, 0), tile_cost(B + 1, 0);
-  std::vector<int32_t> tiles(B + 1, 0), work(B + 1, 0);
-  int64_t max_tile_cost = 0;
-  int zero_total = 0;
-  for (int b = 0; b < B; ++b) {
-    if (seqlens[b] < 0) {
-      PlanCounts failed;
-      failed.num_q_tiles = T;
-      failed.num_clusters = G;
-      failed.status = kPlanNegativeSeqlen;
-      failed.bad_index = b;
-      return failed;
-    }
-    const RequestTerms t = request_terms(p, seqlens[b], T, /*staged=*/true);
-    const bool w = has_work(t.r);
-    terms[b] = t;
-    whole[b + 1] = whole[b] + t.whole;
-    tile_cost[b + 1] = tile_cost[b] + (w ? t.tile_cost : 0);
-    tiles[b + 1] = tiles[b] + (w ? t.r.tiles : 0);
-    work[b + 1] = work[b] + (w ? 1 : 0);
-    zero_total += zero_fill_count(t.r, T);
-    if (w) max_tile_cost = std::max(max_tile_cost, t.tile_cost);
+  const StagedBatch st(p, seqlens, T);
+  if (st.bad_index >= 0) {
+    PlanCounts failed;
+    failed.num_q_tiles = T;
+    failed.num_clusters = G;
+    failed.status = kPlanNegativeSeqlen;
+    failed.bad_index = st.bad_index;
+    return failed;
   }
-  const BatchPrefix pre{whole.data(), tile_cost.data(), tiles.data(), work.data()};
-  const StagedRequests reqs{seqlens.data(), terms.data()};
-  return plan_search(p, whole[B], max_tile_cost, SequentialProbes{}, [&](int64_t cap, bool whole_form, PlanCounts& c) {
+  const BatchPrefix pre = st.prefix();
+  const StagedRequests reqs = st.requests(seqlens);
+  const int zero_total = st.zero[p.batch];
+  return plan_search(p, st.whole[p.batch], st.max_tile_cost, SequentialProbes{}, [&](int64_t cap, bool whole_form,
+                                                                                      PlanCounts& c) {
     if (whole_form || p.fixed_split_blocks > 0) {
       CountSink sink(&c);
       return fill(p, reqs, T, G, cap, whole_form, sink);
     }
-    WalkCounter counter{pre, c, B};
+    WalkCounter counter{pre, c, p.batch};
     const bool ok = walk_cut(p, reqs, pre, G, cap, BinarySearch{}, counter);
     c = counter.counts;
     c.num_zero_fill = zero_total;

@@ -135,11 +135,6 @@ TEST(PlannerFill, JumpOverFullSlotsEmitsWhatTheLoopEmits) {
   }
 }
 
-}  // namespace
-}  // namespace kbmla
-
-namespace kbmla {
-namespace {
 
 // The device planner's staged form (request terms computed once per request, then read by
 // every pass) makes the same counts and writes the same bytes as the seqlens form.

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kbmla/planner.hpp"
-#include "src/plan/slot_walk.hpp"
+#include "src/plan/staged_batch.hpp"
 
 namespace kbmla {
 namespace {
@@ -32,42 +32,12 @@ std::vector<int32_t> walk_seqlens(std::mt19937_64& rng, int batch) {
   return s;
 }
 
-struct Staged {
-  std::vector<RequestTerms> terms;
-  std::vector<int64_t> whole, tile_cost;
-  std::vector<int32_t> tiles, work, zero;
-  BatchPrefix prefix() const { return {whole.data(), tile_cost.data(), tiles.data(), work.data()}; }
-  bool first_tiles_zero = true;
-};
-
-Staged stage(const PlanShape& p, const std::vector<int32_t>& seqlens, int T) {
-  Staged s;
-  const int B = p.batch;
-  s.whole.assign(B + 1, 0);
-  s.tile_cost.assign(B + 1, 0);
-  s.tiles.assign(B + 1, 0);
-  s.work.assign(B + 1, 0);
-  s.zero.assign(B + 1, 0);
-  for (int b = 0; b < B; ++b) {
-    const RequestTerms t = request_terms(p, seqlens[b], T, /*staged=*/true);
-    s.terms.push_back(t);
-    const bool w = has_work(t.r);
-    s.whole[b + 1] = s.whole[b] + t.whole;
-    s.tile_cost[b + 1] = s.tile_cost[b] + (w ? t.tile_cost : 0);
-    s.tiles[b + 1] = s.tiles[b] + (w ? t.r.tiles : 0);
-    s.work[b + 1] = s.work[b] + (w ? 1 : 0);
-    s.zero[b + 1] = s.zero[b] + zero_fill_count(t.r, T);
-    if (w && t.r.first_tile > 0) s.first_tiles_zero = false;
-  }
-  return s;
-}
-
 struct Walked {
   bool ok;
   PlanCounts counts;
 };
 
-Walked walk_counts(const PlanShape& p, const StagedRequests& reqs, const Staged& st, int T, int G, int64_t cap,
+Walked walk_counts(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, int T, int G, int64_t cap,
                    bool whole) {
   PlanCounts c;
   c.num_q_tiles = T;
@@ -121,7 +91,7 @@ struct Tables {
 
 // The walk's writes (lanes writers, each walking with its own copy of the state) plus the
 // caller's parts, as the device planner makes them.
-Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c, int lanes) {
+Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c, int lanes) {
   Tables t;
   PlanBuffers out = t.buffers(c, p.batch);
   const BatchPrefix pre = st.prefix();
@@ -139,7 +109,7 @@ Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const Staged& 
 }
 
 // The cut form's writes request by request from the steps a counting walk recorded.
-Tables step_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c) {
+Tables step_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c) {
   Tables t;
   PlanBuffers out = t.buffers(c, p.batch);
   const BatchPrefix pre = st.prefix();
@@ -159,7 +129,7 @@ Tables step_write(const PlanShape& p, const StagedRequests& reqs, const Staged& 
 // The whole form's writes unit by unit from each slot's first unit, recorded by fill()
 // (SlotStartSink: the first unit placed) or by the walk (WalkCounter: the first unit of
 // the slot's run, which in slot 0 may be a unit without work before it).
-Tables unit_write(const PlanShape& p, const StagedRequests& reqs, const Staged& st, const PlanCounts& c,
+Tables unit_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c,
                   bool by_walk) {
   Tables t;
   PlanBuffers out = t.buffers(c, p.batch);
@@ -212,9 +182,8 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
     const std::vector<int32_t> seqlens = walk_seqlens(rng, p.batch);
     const int T = ceil_div(p.heads * p.q_len, p.tile_rows);
     const int G = p.num_ctas / p.cluster_size;
-    const Staged st = stage(p, seqlens, T);
-    std::vector<int32_t> sl = seqlens;
-    const StagedRequests reqs{sl.data(), st.terms.data()};
+    const StagedBatch st(p, seqlens, T);
+    const StagedRequests reqs = st.requests(seqlens);
     const PlanCounts planned = plan_measure(p, seqlens.data());
     ASSERT_EQ(planned.status, kPlanOk);
     // Caps: the planner's, its neighbours, and a spread from below the bound to far above.
@@ -223,7 +192,7 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
     for (int k = 0; k < 12; ++k) caps.push_back(lo + (lo + 100000) * k / 4 + std::uniform_int_distribution<int>(0, 999)(rng));
     for (const int64_t cap : caps) {
       for (int whole = 0; whole < 2; ++whole) {
-        if (whole && !st.first_tiles_zero) continue;
+        if (whole && !st.all_visible) continue;
         const Walked a = fill_counts(p, reqs, T, G, cap, whole);
         const Walked b = walk_counts(p, reqs, st, T, G, cap, whole);
         const std::string where = "config " + std::to_string(i) + " cap " + std::to_string(cap) + " whole " +
@@ -236,7 +205,7 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
         }
       }
     }
-    if (planned.whole_requests && !st.first_tiles_zero) continue;
+    if (planned.whole_requests && !st.all_visible) continue;
     // Bytes at the planner's cap.
     Tables want;
     PlanBuffers wb = want.buffers(planned, p.batch);

@@ -186,9 +186,10 @@ struct KernelChoice {
   bool cluster_copies = false;    // the alternating per-tensor kernel's 2-CTA form (one consumer copy each)
   int pv_rows = 64;               // the split-role kernels' P V rows (N: 64, 48 or 32)
 };
-KernelChoice choose_bf16_kernel(const DecodeParams& p, KernelMode mode);  // kernel.cu
-KernelChoice choose_fp8_kernel(const DecodeParams& p);                    // kernel_fp8.cu
-KernelChoice choose_fp8_block_kernel(const DecodeParams& p);              // kernel_fp8_block.cu
+// (kernel_choice.cpp)
+KernelChoice choose_bf16_kernel(const DecodeParams& p, KernelMode mode);
+KernelChoice choose_fp8_kernel(const DecodeParams& p);
+KernelChoice choose_fp8_block_kernel(const DecodeParams& p);
 
 // Quantises Q (bf16 rows, or the latent columns from q and the rope columns from q_pe) to
 // e4m3 per row: scale = max |q| / 448, q8 = q / scale. q8 dense [rows][d_qk], scales [rows].
