@@ -108,11 +108,69 @@ KBMLA_HD PlanCounts plan_search(const PlanShape& p, int64_t total, int64_t max_t
       take(sr, ex.first_fitting(sr, fits_at, round), round, at);
     }
   };
+  // The plan's counts from the chosen fill's: the list's length follows the slots.
+  auto finish_counts = [&](PlanCounts c) {
+    if (p.fixed_grid) c.num_active_clusters = G;
+    const int64_t len = int64_t{c.num_active_clusters} * (c.max_items_per_cluster + 1);
+    if (len > INT32_MAX) {
+      c.status = kPlanListTooLong;
+      return c;
+    }
+    c.work_list_len = static_cast<int>(len);
+    return c;
+  };
   auto fits = counted(false);
+  auto fits_whole = counted(true);
+  // Caps of the forms' bounds. Below the overhead-free bound c0 = total / G nothing fits; a
+  // cut-form cap is at least c0, so the whole form's limit (that cap + 1/16) is at least
+  // limit0 = c0 + c0 / 16. The whole form also needs its largest q tile unit within one slot.
+  int64_t c0 = ceil_div64(total, G);
+  if (c0 < 1) c0 = 1;
+  const int64_t limit0 = c0 + c0 / 16;
+  const int64_t whole_floor = max_tile_cost > c0 ? max_tile_cost : c0;
+  const bool whole_allowed = p.fixed_split_blocks == 0;  // (never for batch-invariant plans)
+  // The whole form's search between a cap known not to fit (below its floor) and `high`,
+  // known to fit: its first round runs beside the fill at `high`, which decides whether the
+  // form is taken (the device evaluates both at once). Returns whether it was.
+  auto search_whole = [&](int64_t high, PlanCounts& at) {
+    CapSearch whole;
+    whole.low = whole_floor - 1;
+    whole.high = high;
+    whole.step = 1;
+    whole.found = true;
+    PlanCounts at_limit{}, round{};
+    bool limit_fits = false;
+    const bool searching = !whole.done();
+    const int first = ex.first_fitting_with(whole, fits_whole, high, searching ? kRoundIfExtraFits : kRoundNever,
+                                            limit_fits, at_limit, round);
+    if (!limit_fits) return false;
+    at = at_limit;
+    if (searching) take(whole, first, round, at);
+    finish(whole, fits_whole, at);
+    return true;
+  };
+  // Whole requests first where they may fit at limit0: then they fit at every limit the cut
+  // form could give, so the form is taken whatever the cut form's cap, and its search is
+  // the whole plan: one round (its bracket, at most c0 / 16 wide, is within 1/256 after
+  // it) where the cut form's search took two or three and the whole form's two more
+  // (uniform batches: B128 Sq4 four rounds, H128 Sq2 three). Where they do not fit there,
+  // one round more than the cut form alone (a batch of units that do not pack).
+  bool limit0_failed = false;
+  if (whole_allowed && max_tile_cost > 0 && max_tile_cost <= limit0) {
+    PlanCounts at_whole{};
+    if (search_whole(limit0, at_whole)) return finish_counts(at_whole);
+    limit0_failed = true;
+  }
   CapSearch search;
-  search.low = ceil_div64(total, G) - 1;  // below the overhead-free bound nothing fits
-  if (search.low < 0) search.low = 0;
-  search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) / kCapProbes + 1;
+  search.low = c0 - 1;  // below the overhead-free bound nothing fits
+  // The first round's probes reach 1.5 x T (per_item + per_split + per_kv_block) above the
+  // bound (a cut's overheads per slot): with 1 x, the least cap of a lognormal B128 Sq4
+  // batch lay just past the last probe and its search took four rounds, two with 1.5 x.
+  // Over 5,000 random configurations (rounds.cpp in bench/NOTES.md v45): 1 x 11,467 rounds,
+  // 1.25 x 9,935, 1.5 x 9,965, 2 x 10,341, 3 x 10,818; 1.5 x moved no plan's cap up by more
+  // than 0.4 % (the cut form's fits are not monotone in the cap, so another probe grid can
+  // land on another fitting cap: three caps came out 0.5-6 % lower).
+  search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) * 3 / (2 * kCapProbes) + 1;
   PlanCounts at_high{};  // the counts of the fill at search.high
   {
     // A tight bound decides alone when it fits; else the search's first round, which the
@@ -133,41 +191,14 @@ KBMLA_HD PlanCounts plan_search(const PlanShape& p, int64_t total, int64_t max_t
   // least cap with cuts fits them: then the least such cap, found the same way. Measured
   // (bench/NOTES.md, v6-v8): on uniform batches static split 1, which is this form, was
   // level with or up to 8 % ahead of the plan with cuts, whose modelled gain was ~3 %.
+  // (A unit above the limit fails that fill and every probe below it, as does a limit of
+  // limit0 that already failed: the same verdict without the round.)
   const int64_t limit = search.high + search.high / 16;
-  // (A unit above the limit fails that fill and every probe below it: the same verdict
-  // without the round, a fill's time on a batch with one long request.)
-  if (p.fixed_split_blocks == 0 && max_tile_cost <= limit) {  // (never for batch-invariant plans)
-    auto fits_whole = counted(true);
-    CapSearch whole;  // (whole requests cost exactly the total: below total / G nothing fits)
-    whole.low = ceil_div64(total, G) - 1;
-    if (whole.low < 0) whole.low = 0;
-    whole.high = limit;
-    whole.step = 1;
-    whole.found = true;
-    // The limit's fill decides whether the form is taken; the search's first round, which
-    // the device planner evaluates beside it, counts only then.
-    PlanCounts at_limit{}, round{};
-    bool limit_fits = false;
-    const bool searching = !whole.done();
-    const int first = ex.first_fitting_with(whole, fits_whole, limit, searching ? kRoundIfExtraFits : kRoundNever,
-                                            limit_fits, at_limit, round);
-    if (limit_fits) {
-      PlanCounts at_whole_high = at_limit;
-      if (searching) take(whole, first, round, at_whole_high);
-      finish(whole, fits_whole, at_whole_high);
-      search.high = whole.high;
-      at_high = at_whole_high;
-    }
+  if (whole_allowed && max_tile_cost <= limit && !(limit0_failed && limit == limit0)) {
+    PlanCounts at_whole{};
+    if (search_whole(limit, at_whole)) at_high = at_whole;
   }
-  counts = at_high;
-  if (p.fixed_grid) counts.num_active_clusters = G;
-  const int64_t len = int64_t{counts.num_active_clusters} * (counts.max_items_per_cluster + 1);
-  if (len > INT32_MAX) {
-    counts.status = kPlanListTooLong;
-    return counts;
-  }
-  counts.work_list_len = static_cast<int>(len);
-  return counts;
+  return finish_counts(at_high);
 }
 
 // `reqs` (plan_detail::SeqlenRequests or StagedRequests): the batch's seqlens and terms.

@@ -1,0 +1,134 @@
+// The planner's cap-search rounds (one per first_fitting / first_fitting_with: what the
+// device planner runs one after another, each a fill per warp) and the plans' caps, on
+// batches shaped like the public cases and on random configurations. A CPU tool for
+// changes to plan_search (planner_search.hpp): build it against two versions of the
+// header (put the old one first on the include path) and compare the outputs.
+// Build (from the repository root):
+//   g++ -std=c++20 -O2 -I include -I . -o build-alt/planner_rounds bench/planner_rounds.cpp
+// Run: planner_rounds            (the named cases: rounds, form, cap, items)
+//      planner_rounds N          (N random configurations: "rounds whole cap status" lines)
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kbmla/planner_search.hpp"
+
+using namespace kbmla;
+
+namespace {
+
+// SequentialProbes, counting rounds.
+struct CountingProbes {
+  int* rounds;
+  template <class Fits>
+  int first_fitting(const CapSearch& s, Fits& fits, PlanCounts& w) const {
+    ++*rounds;
+    return SequentialProbes{}.first_fitting(s, fits, w);
+  }
+  template <class Fits>
+  int first_fitting_with(const CapSearch& s, Fits& fits, int64_t x, RoundWhen when, bool& xf, PlanCounts& e,
+                         PlanCounts& w) const {
+    ++*rounds;
+    return SequentialProbes{}.first_fitting_with(s, fits, x, when, xf, e, w);
+  }
+  template <class F>
+  auto single(F&& f) const {
+    return f();
+  }
+};
+
+PlanShape shape(int batch, int q_len, int heads, CostModel cost) {
+  PlanShape s;
+  s.batch = batch;
+  s.q_len = q_len;
+  s.heads = heads;
+  s.causal = true;
+  s.cluster_size = heads * q_len > 64 ? 2 : 1;
+  s.tile_rows = 64 * s.cluster_size;
+  s.kv_block = 64;
+  s.num_ctas = 132;
+  s.cost = cost;
+  s.fixed_grid = true;
+  return s;
+}
+
+int named_cases() {
+  std::mt19937_64 rng(7);
+  auto uni = [](int b, int L) { return std::vector<int32_t>(b, L); };
+  auto logn = [&](int b, double mu, double sg) {
+    std::lognormal_distribution<double> d(mu, sg);
+    std::vector<int32_t> v(b);
+    for (auto& x : v) x = std::min<int>(131072, std::max<int>(1, int(d(rng))));
+    return v;
+  };
+  struct Case {
+    const char* name;
+    int batch, q_len, heads;
+    std::vector<int32_t> seqlens;
+  };
+  std::vector<Case> cases;  // (bench/planner_trace.cu's, same seeds)
+  cases.push_back({"B1_L131072_Sq1", 1, 1, 16, uni(1, 131072)});
+  cases.push_back({"B4_L131072_Sq1", 4, 1, 16, uni(4, 131072)});
+  cases.push_back({"B1_L1M_Sq4", 1, 4, 16, uni(1, 1 << 20)});
+  {
+    auto v = uni(128, 1024);
+    v[0] = 131072;
+    cases.push_back({"skew_Sq1", 128, 1, 16, v});
+  }
+  cases.push_back({"B64_L32768_Sq1", 64, 1, 16, uni(64, 32768)});
+  cases.push_back({"B128_L4096_Sq4", 128, 4, 16, uni(128, 4096)});
+  cases.push_back({"logn_B128_Sq4", 128, 4, 16, logn(128, 8.0, 1.2)});
+  cases.push_back({"H128_Sq2_B128", 128, 2, 128, uni(128, 4096)});
+  cases.push_back({"logn_B512_Sq1", 512, 1, 16, logn(512, 7.5, 1.5)});
+  cases.push_back({"logn_B16_Sq4", 16, 4, 16, logn(16, 9.0, 1.2)});
+  cases.push_back({"logn_B32_Sq1", 32, 1, 16, logn(32, 9.0, 1.2)});
+  cases.push_back({"B32_Sq16_L8192", 32, 16, 16, uni(32, 8192)});
+  cases.push_back({"kimi_B32_Sq9_H24", 32, 9, 24, uni(32, 8192)});
+  for (const Case& c : cases) {
+    const PlanShape s = shape(c.batch, c.q_len, c.heads, sm90_bf16_cost_model(c.heads * c.q_len));
+    int rounds = 0;
+    const PlanCounts pc = plan_measure_with(s, c.seqlens.data(), CountingProbes{&rounds});
+    printf("%-16s rounds %d whole %d cap %lld items %d\n", c.name, rounds, int(pc.whole_requests), (long long)pc.cap,
+           pc.num_items);
+  }
+  return 0;
+}
+
+int random_cases(int n) {
+  std::mt19937_64 rng(11);
+  long total_rounds = 0;
+  for (int i = 0; i < n; ++i) {
+    int batch = 1 << (rng() % 12);
+    batch = std::min(2048, batch + int(rng() % (batch + 1)));
+    const int q_len = 1 + int(rng() % 16);
+    const int heads = (int[]){8, 12, 16, 24, 32, 64, 96, 128}[rng() % 8];
+    std::vector<int32_t> seqlens(batch);
+    const int kind = int(rng() % 4);
+    std::lognormal_distribution<double> d(6 + double(rng() % 5), 0.3 + double(rng() % 12) / 10.0);
+    const int L = 1 + int(rng() % 65536);
+    for (auto& x : seqlens) {
+      x = kind == 0   ? L
+          : kind == 1 ? std::min<int>(131072, std::max<int>(0, int(d(rng))))
+          : kind == 2 ? int(rng() % (2 * L))
+                      : (rng() % 8 == 0 ? 8 * L : L / 8 + 1);
+    }
+    const int model = int(rng() % 3);
+    const int rows = heads * q_len;
+    const CostModel cost = model == 0   ? sm90_bf16_cost_model(rows)
+                           : model == 1 ? sm90_fp8_cost_model(rows)
+                                        : sm90_fp8_block_cost_model(rows);
+    const PlanShape s = shape(batch, q_len, heads, cost);
+    int rounds = 0;
+    const PlanCounts pc = plan_measure_with(s, seqlens.data(), CountingProbes{&rounds});
+    total_rounds += rounds;
+    printf("%d %d %lld %d\n", rounds, int(pc.whole_requests), (long long)pc.cap, pc.status);
+  }
+  fprintf(stderr, "%d configurations, %ld rounds\n", n, total_rounds);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return argc > 1 ? random_cases(atoi(argv[1])) : named_cases(); }
