@@ -6,38 +6,25 @@
 // Build (from the repository root):
 //   g++ -std=c++20 -O2 -I include -I . -o build-alt/planner_rounds bench/planner_rounds.cpp
 // Run: planner_rounds            (the named cases: rounds, form, cap, items)
-//      planner_rounds N          (N random configurations: "rounds whole cap status" lines)
+//      planner_rounds N          (N random configurations, a line each: rounds, whole form,
+//                                 cap, status, the cap above the bound in probe spacings s1)
+//      planner_rounds --cases F  (every case of a cases file, bench/cases.json, with each
+//                                 cache dtype's cost model: rounds and cap)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <fstream>
+#include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "kbmla/planner_search.hpp"
 
 using namespace kbmla;
 
 namespace {
-
-// SequentialProbes, counting rounds.
-struct CountingProbes {
-  int* rounds;
-  template <class Fits>
-  int first_fitting(const CapSearch& s, Fits& fits, PlanCounts& w) const {
-    ++*rounds;
-    return SequentialProbes{}.first_fitting(s, fits, w);
-  }
-  template <class Fits>
-  int first_fitting_with(const CapSearch& s, Fits& fits, int64_t x, RoundWhen when, bool& xf, PlanCounts& e,
-                         PlanCounts& w) const {
-    ++*rounds;
-    return SequentialProbes{}.first_fitting_with(s, fits, x, when, xf, e, w);
-  }
-  template <class F>
-  auto single(F&& f) const {
-    return f();
-  }
-};
 
 PlanShape shape(int batch, int q_len, int heads, CostModel cost) {
   PlanShape s;
@@ -89,7 +76,7 @@ int named_cases() {
   for (const Case& c : cases) {
     const PlanShape s = shape(c.batch, c.q_len, c.heads, sm90_bf16_cost_model(c.heads * c.q_len));
     int rounds = 0;
-    const PlanCounts pc = plan_measure_with(s, c.seqlens.data(), CountingProbes{&rounds});
+    const PlanCounts pc = plan_measure_with(s, c.seqlens.data(), RoundCountingProbes{&rounds});
     printf("%-16s rounds %d whole %d cap %lld items %d\n", c.name, rounds, int(pc.whole_requests), (long long)pc.cap,
            pc.num_items);
   }
@@ -121,14 +108,49 @@ int random_cases(int n) {
                                         : sm90_fp8_block_cost_model(rows);
     const PlanShape s = shape(batch, q_len, heads, cost);
     int rounds = 0;
-    const PlanCounts pc = plan_measure_with(s, seqlens.data(), CountingProbes{&rounds});
+    const PlanCounts pc = plan_measure_with(s, seqlens.data(), RoundCountingProbes{&rounds});
     total_rounds += rounds;
-    printf("%d %d %lld %d\n", rounds, int(pc.whole_requests), (long long)pc.cap, pc.status);
+    // The cap's excess over the overhead-free bound in units of the first round's probe
+    // spacing s1 (planner_search.hpp).
+    const plan_detail::SeqlenRequests reqs{&s, seqlens.data(), pc.num_q_tiles};
+    int64_t total = 0;
+    for (int b = 0; b < batch; ++b) total += reqs.terms(b).whole;
+    const int G = s.num_ctas / s.cluster_size;
+    const int64_t bound = std::max<int64_t>(1, (total + G - 1) / G);
+    const int64_t s1 = int64_t{pc.num_q_tiles} * (cost.per_item + cost.per_split + cost.per_kv_block) / kCapProbes + 1;
+    printf("%d %d %lld %d %.2f\n", rounds, int(pc.whole_requests), (long long)pc.cap, pc.status,
+           double(pc.cap - bound) / double(s1));
   }
   fprintf(stderr, "%d configurations, %ld rounds\n", n, total_rounds);
   return 0;
 }
 
+int file_cases(const char* path) {
+  std::ifstream in(path);
+  if (!in) {
+    fprintf(stderr, "cannot open %s\n", path);
+    return 1;
+  }
+  const nlohmann::json file = nlohmann::json::parse(in);
+  printf("%-42s %-22s %-22s %-22s\n", "case", "bf16 rounds/cap", "fp8_e4m3", "fp8_e4m3_block");
+  for (const auto& c : file.at("cases")) {
+    const std::vector<int32_t> seqlens = c.at("seqlens").get<std::vector<int32_t>>();
+    const int heads = c.at("heads").get<int>(), q_len = c.at("q_len").get<int>(), rows = heads * q_len;
+    printf("%-42s", c.at("name").get<std::string>().c_str());
+    for (const CostModel cost : {sm90_bf16_cost_model(rows), sm90_fp8_cost_model(rows), sm90_fp8_block_cost_model(rows)}) {
+      const PlanShape s = shape(int(seqlens.size()), q_len, heads, cost);
+      int rounds = 0;
+      const PlanCounts pc = plan_measure_with(s, seqlens.data(), RoundCountingProbes{&rounds});
+      printf(" %d %s %-16lld", rounds, pc.whole_requests ? "whole" : "cut  ", (long long)pc.cap);
+    }
+    printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) { return argc > 1 ? random_cases(atoi(argv[1])) : named_cases(); }
+int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "--cases") return file_cases(argv[2]);
+  return argc > 1 ? random_cases(atoi(argv[1])) : named_cases();
+}

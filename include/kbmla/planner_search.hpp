@@ -22,10 +22,11 @@ struct CapSearch {
   int64_t low;         // a cap known not to fit (or the overhead-free bound minus one)
   int64_t high = 0;    // the smallest cap known to fit, once found
   int64_t step;        // growth of the probes before a fitting cap is found
+  int64_t skip = 0;    // before a fitting cap is found: the probes start this far above low
   bool found = false;
 
   KBMLA_HD int64_t probe(int i) const {
-    if (!found) return low + step * (i + 1);
+    if (!found) return low + skip + step * (i + 1);
     return low + (high - low) * (i + 1) / (kCapProbes + 1);
   }
   // Finished when the bracket is within 1/256 of the cap (at most ~0.4 % of one slot's
@@ -42,6 +43,7 @@ struct CapSearch {
       found = true;
     } else {
       low = probe(kCapProbes - 1);
+      skip = 0;
       if (!found) step *= kCapProbes;
     }
   }
@@ -163,14 +165,18 @@ KBMLA_HD PlanCounts plan_search(const PlanShape& p, int64_t total, int64_t max_t
   }
   CapSearch search;
   search.low = c0 - 1;  // below the overhead-free bound nothing fits
-  // The first round's probes reach 1.5 x T (per_item + per_split + per_kv_block) above the
-  // bound (a cut's overheads per slot): with 1 x, the least cap of a lognormal B128 Sq4
-  // batch lay just past the last probe and its search took four rounds, two with 1.5 x.
-  // Over 5,000 random configurations (rounds.cpp in bench/NOTES.md v45): 1 x 11,467 rounds,
-  // 1.25 x 9,935, 1.5 x 9,965, 2 x 10,341, 3 x 10,818; 1.5 x moved no plan's cap up by more
-  // than 0.4 % (the cut form's fits are not monotone in the cap, so another probe grid can
-  // land on another fitting cap: three caps came out 0.5-6 % lower).
-  search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) * 3 / (2 * kCapProbes) + 1;
+  // The first round's probes: at s1 = T (per_item + per_split + per_kv_block) / 16 apart
+  // (a cut's overheads per slot over 16), from 9 s1 to 24 s1 above the bound. Over the cut
+  // plans of 5,000 random configurations (bench/planner_rounds.cpp, bench/NOTES.md v45),
+  // planned by the earlier search, the least cap lay 9-24 s1 above the bound in 88 % (12-18
+  // s1 in 80 %, none below 9), where probes from s1 to 16 s1 missed 36 % and then took two
+  // rounds more; the spacing stays s1, so a search that ended in one round still does.
+  // Rounds (with the whole form first): 9,965 with probes 1.5 s1 apart from the bound,
+  // 9,330 so (14,133 before both changes); no verdict and no cap more than 0.4 % worse
+  // than the earlier search's (the cut form's fits are not monotone in the cap, so another
+  // probe grid can land on another fitting cap: two caps came out 0.5-6 % lower).
+  search.step = int64_t{T} * (p.cost.per_item + p.cost.per_split + p.cost.per_kv_block) / kCapProbes + 1;
+  search.skip = 8 * search.step;
   PlanCounts at_high{};  // the counts of the fill at search.high
   {
     // A tight bound decides alone when it fits; else the search's first round, which the
@@ -258,6 +264,28 @@ struct SequentialProbes {
     extra_fits = fits(extra_cap, extra);
     const bool used = when == kRoundIfExtraFits ? extra_fits : when == kRoundIfExtraFails ? !extra_fits : false;
     return used ? first_fitting(s, fits, winner) : kCapProbes;
+  }
+  template <class F>
+  KBMLA_HD auto single(F&& f) const {
+    return f();
+  }
+};
+
+// SequentialProbes that also counts the rounds the device planner runs one after another
+// (one per first_fitting and per first_fitting_with): the tests' and tools' measure of a
+// search's length.
+struct RoundCountingProbes {
+  int* rounds;
+  template <class Fits>
+  KBMLA_HD int first_fitting(const CapSearch& s, Fits& fits, PlanCounts& winner) const {
+    ++*rounds;
+    return SequentialProbes{}.first_fitting(s, fits, winner);
+  }
+  template <class Fits>
+  KBMLA_HD int first_fitting_with(const CapSearch& s, Fits& fits, int64_t extra_cap, RoundWhen when,
+                                  bool& extra_fits, PlanCounts& extra, PlanCounts& winner) const {
+    ++*rounds;
+    return SequentialProbes{}.first_fitting_with(s, fits, extra_cap, when, extra_fits, extra, winner);
   }
   template <class F>
   KBMLA_HD auto single(F&& f) const {

@@ -203,3 +203,79 @@ TEST(PlannerFill, StagedDivisionIsTheDivision) {
 
 }  // namespace
 }  // namespace kbmla
+
+namespace kbmla {
+namespace {
+
+// The form rule, whatever order the search takes the forms in (the whole form is tried
+// first where it may fit): whole requests exactly when their largest q tile unit and the
+// whole fill fit at the cut form's least cap plus 1/16, and then at a cap within that
+// limit and no lower than the whole form's floor (total / G and the largest unit).
+TEST(PlannerSearch, WholeFormExactlyWhenItFitsWithinASixteenthOfTheCutCap) {
+  std::mt19937_64 rng(0x666f726dull);
+  int whole_plans = 0;
+  for (int i = 0; i < 4000; ++i) {
+    PlanShape s = random_shape(rng, 10);
+    s.fixed_grid = i % 2 == 0;
+    const std::vector<int32_t> seqlens = random_seqlens(rng, s.batch);
+    const int T = plan_detail::ceil_div(s.heads * s.q_len, s.tile_rows);
+    const int G = s.num_ctas / s.cluster_size;
+    const plan_detail::SeqlenRequests reqs{&s, seqlens.data(), T};
+    int64_t total = 0, largest = 0;
+    for (int b = 0; b < s.batch; ++b) {
+      const plan_detail::RequestTerms q = reqs.terms(b);
+      total += q.whole;
+      if (q.r.blocks > 0 && q.r.tiles > 0) largest = std::max(largest, q.tile_cost);
+    }
+    const PlanCounts plan = plan_measure(s, seqlens.data());
+    ASSERT_EQ(plan.status, kPlanOk) << "config " << i;
+    // The cut form alone: a largest unit beyond every limit rules the whole form out.
+    auto fill_counts = [&](int64_t cap, bool whole, PlanCounts& local) {
+      plan_detail::CountSink sink(&local);
+      return plan_detail::fill(s, reqs, T, G, cap, whole, sink);
+    };
+    const PlanCounts cut = plan_search(s, total, INT64_MAX, SequentialProbes{}, fill_counts);
+    ASSERT_FALSE(cut.whole_requests) << "config " << i;
+    const int64_t limit = cut.cap + cut.cap / 16;
+    PlanCounts at_limit;
+    at_limit.num_q_tiles = T;
+    at_limit.num_clusters = G;
+    const bool whole_fits = largest <= limit && fill_counts(limit, true, at_limit);
+    ASSERT_EQ(plan.whole_requests, whole_fits) << "config " << i << ": cut cap " << cut.cap;
+    if (!plan.whole_requests) {
+      ASSERT_EQ(plan.cap, cut.cap) << "config " << i;
+      continue;
+    }
+    ++whole_plans;
+    const int64_t floor = std::max(plan_detail::ceil_div64(total, G), largest);
+    ASSERT_LE(plan.cap, limit) << "config " << i;
+    ASSERT_GE(plan.cap, floor) << "config " << i;
+  }
+  EXPECT_GT(whole_plans, 400);  // (both forms are exercised)
+}
+
+// Uniform batches, whose q tile units pack into the slots within 1/16 of the bound, plan
+// in one round (the whole form first); lognormal ones in two (measured before on the
+// device: four and five rounds of 25-70 us each at B128; bench/NOTES.md v45).
+TEST(PlannerSearch, RoundsOfUniformAndLognormalBatches) {
+  auto rounds_of = [](int batch, int q_len, int heads, const std::vector<int32_t>& seqlens) {
+    PlanShape s = test::sm90_shape(batch, q_len, heads);
+    s.fixed_grid = true;
+    s.cost = sm90_bf16_cost_model(heads * q_len);
+    int rounds = 0;
+    const PlanCounts c = plan_measure_with(s, seqlens.data(), RoundCountingProbes{&rounds});
+    EXPECT_EQ(c.status, kPlanOk);
+    return std::pair<int, bool>(rounds, c.whole_requests);
+  };
+  EXPECT_EQ(rounds_of(128, 4, 16, std::vector<int32_t>(128, 4096)), std::make_pair(1, true));
+  EXPECT_EQ(rounds_of(128, 2, 128, std::vector<int32_t>(128, 4096)), std::make_pair(1, true));
+  EXPECT_EQ(rounds_of(32, 9, 24, std::vector<int32_t>(32, 8192)), std::make_pair(1, true));
+  std::mt19937_64 rng(7);
+  std::lognormal_distribution<double> ln(8.0, 1.2);
+  std::vector<int32_t> lognormal(128);
+  for (auto& x : lognormal) x = std::min<int>(131072, std::max<int>(1, int(ln(rng))));
+  EXPECT_EQ(rounds_of(128, 4, 16, lognormal), std::make_pair(2, false));
+}
+
+}  // namespace
+}  // namespace kbmla
