@@ -99,6 +99,8 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(d_seq, c.seq.data(), 4 * c.batch, cudaMemcpyHostToDevice));
     DevicePlanBuffers o{d_h, PlanBuffers{d_wl, int(wl), d_ns, d_fs, d_bo, d_b, int(nb), d_zf, int(zf), nullptr}, d_sr,
                         G - 1};
+    const size_t scratch_bytes = device_planner_scratch_bytes(s);
+    if (scratch_bytes > 0) CK(cudaMalloc(&o.scratch, scratch_bytes));
     std::vector<float> ts;
     for (int r = 0; r < (argc > 2 ? 1 : 30); ++r) {
       int zero = 0;
@@ -150,6 +152,7 @@ int main(int argc, char** argv) {
     cudaFree(d_zf);
     cudaFree(d_sr);
     cudaFree(d_h);
+    cudaFree(o.scratch);
   }
   // empty-kernel-like reference: launch with batch 1 zero seqlen
   return 0;

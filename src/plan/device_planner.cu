@@ -183,7 +183,8 @@ struct WarpSearch {
 //  - up to kWalkBatch: the slot walk (slot_walk.hpp), each request's fill terms and the
 //    batch's prefix sums, 96 bytes a request (196 KiB at 2048); then, where they fit and
 //    the batch is above kWalkWriteBatch, the probes' slot records (StepRecords:
-//    kPlannerWarps + 2 records of G + 1 steps, 4.2 KiB each at G = 132);
+//    kPlannerWarps + 2 records of G + 1 steps, 4.2 KiB each at G = 132; where they do not
+//    fit, in global scratch: walk_records_in);
 //  - up to kStagedTermsBatch: fill() on the terms staged there (68 bytes a request);
 //  - up to kSmemSeqlens: fill() on the seqlens staged there; beyond, read from global memory.
 // Small batches are written by the walk itself, which takes a long request's slots 32 at
@@ -203,8 +204,16 @@ __host__ __device__ constexpr size_t walk_records_offset(int batch) { return (wa
 __host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
   return size_t(kPlannerWarps + 2) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
 }
-__host__ __device__ constexpr bool walk_records_used(int batch, int num_clusters) {
-  return batch > kWalkWriteBatch && walk_records_offset(batch) + walk_records_bytes(num_clusters) <= kMaxPlannerSmem;
+// Where the probes' step records live: none for small batches (the walk writes them) and
+// batches that do not walk; shared memory where they fit beside the walk's arrays (up to
+// ~1,500 requests at G = 132); above, global scratch (DevicePlanBuffers::scratch): each
+// step's record is one 32-byte store, and the kept copy is read back once, after the
+// round's barrier (which makes the block's global writes visible to it).
+enum class RecordsIn : int { kNone, kShared, kGlobal };
+__host__ __device__ constexpr RecordsIn walk_records_in(int batch, int num_clusters) {
+  if (batch <= kWalkWriteBatch || batch > kWalkBatch) return RecordsIn::kNone;
+  return walk_records_offset(batch) + walk_records_bytes(num_clusters) <= kMaxPlannerSmem ? RecordsIn::kShared
+                                                                                           : RecordsIn::kGlobal;
 }
 constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(RequestTerms) + sizeof(int32_t));
 static_assert(walk_smem_bytes(kWalkBatch) <= kMaxPlannerSmem && kStagedTermsBytes <= kMaxPlannerSmem,
@@ -405,6 +414,10 @@ struct WalkProbe {
 // Batches up to kWalkBatch: the cap search's fills and the plan's writes are slot walks
 // (fill() where the walk does not apply: batch-invariant cuts, the whole form with
 // partly visible requests).
+// kGlobalRecords: the step records in global scratch (walk_records_in), a separate
+// instantiation so that the shared-memory one keeps its shared stores and registers
+// (with one pointer for both, ptxas spilled 192 bytes here instead of 68).
+template <bool kGlobalRecords>
 __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t* seqlens_global, const DevicePlanBuffers& out,
                              uint8_t* staged_bytes, const BlockProbes& block_probes) {
   __shared__ PrefixParts warp_sums[kPlannerWarps];
@@ -417,10 +430,11 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
   const int G = shape.num_ctas / shape.cluster_size;
   const WalkArrays a(staged_bytes, B);
-  auto* steps = reinterpret_cast<plan_detail::CutStep*>(staged_bytes + walk_records_offset(B));
+  auto* steps = reinterpret_cast<plan_detail::CutStep*>(kGlobalRecords ? static_cast<uint8_t*>(out.scratch)
+                                                                         : staged_bytes + walk_records_offset(B));
   const StepRecords records{steps,     {steps + kPlannerWarps * (G + 1), steps + (kPlannerWarps + 1) * (G + 1)},
                             num_steps, kept_cap, kept_steps, G + 1};
-  const bool recording = walk_records_used(B, G);
+  const bool recording = kGlobalRecords || walk_records_in(B, G) == RecordsIn::kShared;
   BlockProbes probes = block_probes;
   probes.records = recording ? &records : nullptr;
   if (threadIdx.x == 0) {
@@ -505,7 +519,8 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     finish_plan(shape, counts, status, a.splits, out);
     return;
   }
-  // No record (batches of at most kWalkWriteBatch, or records that do not fit): the walk
+  // No record (batches of at most kWalkWriteBatch, or no scratch for records that do not
+  // fit in shared memory, or a plan whose form records nothing): the walk
   // itself writes small batches, a long request's slots 32 at a time (B1 L131072: 3.8 us
   // against 11); elsewhere one warp's step per slot costs more than thread 0's fill() per
   // request (B64-B512: 63-107 us against 47-65), which writes the rest.
@@ -594,13 +609,23 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
   __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
   const BlockProbes probes{verdict, counted, scratch, nullptr};
   if (shape.batch <= kWalkBatch) {
-    plan_by_walk(shape, seqlens_global, out, staged_bytes, probes);
+    const int G = shape.num_ctas / shape.cluster_size;
+    if (walk_records_in(shape.batch, G) == RecordsIn::kGlobal && out.scratch != nullptr) {
+      plan_by_walk<true>(shape, seqlens_global, out, staged_bytes, probes);
+    } else {
+      plan_by_walk<false>(shape, seqlens_global, out, staged_bytes, probes);
+    }
   } else {
     plan_by_fill(shape, seqlens_global, out, staged_bytes, probes);
   }
 }
 
 }  // namespace
+
+size_t device_planner_scratch_bytes(const PlanShape& shape) {
+  const int G = shape.num_ctas / shape.cluster_size;
+  return walk_records_in(shape.batch, G) == RecordsIn::kGlobal ? walk_records_bytes(G) : 0;
+}
 
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
                            cudaStream_t stream) {
@@ -611,7 +636,7 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
   require(attr_err == cudaSuccess, "device planner: cannot reserve ", kMaxPlannerSmem, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   const int G = shape.num_ctas / shape.cluster_size;
-  const size_t walk_bytes = walk_records_used(shape.batch, G)
+  const size_t walk_bytes = walk_records_in(shape.batch, G) == RecordsIn::kShared
                                 ? walk_records_offset(shape.batch) + walk_records_bytes(G)
                                 : walk_smem_bytes(shape.batch);
   const size_t smem = shape.batch <= kWalkBatch          ? walk_bytes

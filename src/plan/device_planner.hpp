@@ -17,7 +17,14 @@ struct DevicePlanBuffers {
   PlanBuffers plan;           // capacities set; cluster_cost unused (null)
   int32_t* split_requests;    // capacity: PlanCapacity::split_requests
   int split_requests_capacity;
+  // The probes' step records where they do not fit in shared memory beside a large
+  // batch's terms: device_planner_scratch_bytes(shape) bytes, 16-byte aligned (null when
+  // that is 0; without it such batches are written by one thread, ~0.5 ms at 2,048).
+  void* scratch = nullptr;
 };
+
+// Global scratch the device planner wants for `shape` (0: none).
+size_t device_planner_scratch_bytes(const PlanShape& shape);
 
 // shape.fixed_grid must be true. Throws kbmla::Error on a launch failure.
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,

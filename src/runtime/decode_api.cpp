@@ -175,10 +175,14 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   h.counts.num_q_tiles = int((int64_t{shape.heads} * shape.q_len + shape.tile_rows - 1) / shape.tile_rows);
   h.counts.num_clusters = h.counts.num_active_clusters = shape.num_ctas / shape.cluster_size;
   h.counts.num_slots = int(cap.partial_slots);
-  // Layout (int32): header (8) | work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests
+  // Layout (int32): header (8) | work list | num_splits | first_slot | bounds_offset | bounds | zero_fill | split_requests | planner scratch
   const size_t B = size_t(batch);
-  const size_t total = 8 + size_t(cap.work_list) + 3 * B + size_t(cap.bounds) + size_t(cap.zero_fill) +
+  const size_t lists = 8 + size_t(cap.work_list) + 3 * B + size_t(cap.bounds) + size_t(cap.zero_fill) +
                        size_t(cap.split_requests) + 1;
+  // Then, 16-byte aligned, the device planner's scratch (its step records for large batches).
+  const size_t scratch_at = (lists + 3) / 4 * 4;
+  const size_t scratch_bytes = device_planner_scratch_bytes(shape);
+  const size_t total = scratch_at + (scratch_bytes + 3) / 4;
   check_cuda(cudaMalloc(&impl->device, total * sizeof(int32_t)), "plan: cudaMalloc");
   impl->device_sm_count = current_device_budget().sm_count;  // (after every check of the arguments)
   // An empty, well-formed plan until the first replan: every entry negative, header zero.
@@ -210,6 +214,7 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   buf.plan.zero_fill_capacity = int(cap.zero_fill);
   buf.split_requests = sr;
   buf.split_requests_capacity = int(cap.split_requests);
+  buf.scratch = scratch_bytes > 0 ? static_cast<void*>(d + scratch_at) : nullptr;
   // num_splits = -1 would read as "no work" only by accident: make it 0.
   check_cuda(cudaMemset(ns, 0, B * sizeof(int32_t)), "plan: cudaMemset");
   return DevicePlan(std::move(impl));

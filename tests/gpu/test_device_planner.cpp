@@ -15,7 +15,8 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<int> heads_d(1, 128), q_d(1, 9), log_b(0, 8), coin(0, 3);
   // The last batches take the planner's other forms (device_planner.cu): 1700 requests walk
-  // without step records (they no longer fit beside the terms), 2048 is the most that walk,
+  // with their step records in the plan's global scratch (they no longer fit beside the
+  // terms in shared memory), 2048 is the most that walk,
   // 2049 and 3072 run fill() on staged terms, 3073 on staged seqlens, 12289 on seqlens in
   // global memory. (Batches up to 256 before them: the walk, with records above 8.)
   const int large_batches[] = {1700, 2048, 2049, 3072, 3073, 12289};
