@@ -161,9 +161,16 @@ struct WarpSearch {
     // Most runs are short where the batch is about one request a slot: a few compares first,
     // each cheaper than a ballot round (measured, H200: none -> two, uniform B128 Sq4 replans
     // 278 -> 231 us, lognormal B128 Sq4 250 -> 239; four, 232 and 232; eight, no better).
+    // Their loads are issued together (indices clamped to hi, which is in bounds; a value
+    // past hi is never compared), so the compares wait for one shared-memory round trip
+    // instead of one each: replans 1-4 % faster on every traced batch (two alternated
+    // runs, H200, bench/results/logs-v45/scalar-probes; two or eight such compares: mixed).
+    int64_t next[kScalarProbes];
+#pragma unroll
+    for (int k = 0; k < kScalarProbes; ++k) next[k] = at(min(lo + 1 + k, hi));
 #pragma unroll
     for (int k = 0; k < kScalarProbes; ++k) {
-      if (lo == hi || at(lo + 1) > x) return lo;
+      if (lo == hi || next[k] > x) return lo;
       ++lo;
     }
     while (lo < hi) {
