@@ -10,7 +10,10 @@
 //                                 cap, status, the cap above the bound in probe spacings s1)
 //      planner_rounds --cases F  (every case of a cases file, bench/cases.json, with each
 //                                 cache dtype's cost model: rounds and cap)
+//      planner_rounds --time F   (the host's plan_measure + plan_write per case of F, bf16
+//                                 cost models: median of 31 timings, us)
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -148,9 +151,41 @@ int file_cases(const char* path) {
   return 0;
 }
 
+int time_cases(const char* path) {
+  std::ifstream in(path);
+  if (!in) {
+    fprintf(stderr, "cannot open %s\n", path);
+    return 1;
+  }
+  const nlohmann::json file = nlohmann::json::parse(in);
+  double total = 0;
+  for (const auto& c : file.at("cases")) {
+    const std::vector<int32_t> seqlens = c.at("seqlens").get<std::vector<int32_t>>();
+    const int heads = c.at("heads").get<int>(), q_len = c.at("q_len").get<int>();
+    const PlanShape s = shape(int(seqlens.size()), q_len, heads, sm90_bf16_cost_model(heads * q_len));
+    std::vector<double> us;
+    for (int r = 0; r < 31; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const PlanCounts pc = plan_measure(s, seqlens.data());
+      std::vector<int32_t> wl(pc.work_list_len), ns(s.batch), fs(s.batch), bo(s.batch), bounds(pc.num_bounds + 1),
+          zf(pc.num_zero_fill + 1);
+      PlanBuffers buf{wl.data(),     int(wl.size()),     ns.data(), fs.data(),     bo.data(),
+                      bounds.data(), int(bounds.size()), zf.data(), int(zf.size()), nullptr};
+      if (plan_write(s, seqlens.data(), pc, buf) != kPlanOk) return 1;
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    total += us[us.size() / 2];
+    printf("%-42s %8.1f us\n", c.at("name").get<std::string>().c_str(), us[us.size() / 2]);
+  }
+  printf("%-42s %8.1f us\n", "total", total);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "--cases") return file_cases(argv[2]);
+  if (argc > 2 && std::string(argv[1]) == "--time") return time_cases(argv[2]);
   return argc > 1 ? random_cases(atoi(argv[1])) : named_cases();
 }
