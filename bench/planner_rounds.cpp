@@ -128,18 +128,32 @@ int random_cases(int n) {
   return 0;
 }
 
-int file_cases(const char* path) {
+// A cases file's cases (bench/cases.json's form): name, heads, q_len, seqlens.
+struct FileCase {
+  std::string name;
+  int heads, q_len;
+  std::vector<int32_t> seqlens;
+};
+std::vector<FileCase> load_cases(const char* path) {
   std::ifstream in(path);
   if (!in) {
     fprintf(stderr, "cannot open %s\n", path);
-    return 1;
+    exit(1);
   }
-  const nlohmann::json file = nlohmann::json::parse(in);
+  std::vector<FileCase> cases;
+  for (const auto& c : nlohmann::json::parse(in).at("cases")) {
+    cases.push_back({c.at("name").get<std::string>(), c.at("heads").get<int>(), c.at("q_len").get<int>(),
+                     c.at("seqlens").get<std::vector<int32_t>>()});
+  }
+  return cases;
+}
+
+int file_cases(const char* path) {
   printf("%-42s %-22s %-22s %-22s\n", "case", "bf16 rounds/cap", "fp8_e4m3", "fp8_e4m3_block");
-  for (const auto& c : file.at("cases")) {
-    const std::vector<int32_t> seqlens = c.at("seqlens").get<std::vector<int32_t>>();
-    const int heads = c.at("heads").get<int>(), q_len = c.at("q_len").get<int>(), rows = heads * q_len;
-    printf("%-42s", c.at("name").get<std::string>().c_str());
+  for (const FileCase& c : load_cases(path)) {
+    const std::vector<int32_t>& seqlens = c.seqlens;
+    const int heads = c.heads, q_len = c.q_len, rows = heads * q_len;
+    printf("%-42s", c.name.c_str());
     for (const CostModel cost : {sm90_bf16_cost_model(rows), sm90_fp8_cost_model(rows), sm90_fp8_block_cost_model(rows)}) {
       const PlanShape s = shape(int(seqlens.size()), q_len, heads, cost);
       int rounds = 0;
@@ -152,16 +166,10 @@ int file_cases(const char* path) {
 }
 
 int time_cases(const char* path) {
-  std::ifstream in(path);
-  if (!in) {
-    fprintf(stderr, "cannot open %s\n", path);
-    return 1;
-  }
-  const nlohmann::json file = nlohmann::json::parse(in);
   double total = 0;
-  for (const auto& c : file.at("cases")) {
-    const std::vector<int32_t> seqlens = c.at("seqlens").get<std::vector<int32_t>>();
-    const int heads = c.at("heads").get<int>(), q_len = c.at("q_len").get<int>();
+  for (const FileCase& c : load_cases(path)) {
+    const std::vector<int32_t>& seqlens = c.seqlens;
+    const int heads = c.heads, q_len = c.q_len;
     const PlanShape s = shape(int(seqlens.size()), q_len, heads, sm90_bf16_cost_model(heads * q_len));
     std::vector<double> us;
     for (int r = 0; r < 31; ++r) {
@@ -176,7 +184,7 @@ int time_cases(const char* path) {
     }
     std::sort(us.begin(), us.end());
     total += us[us.size() / 2];
-    printf("%-42s %8.1f us\n", c.at("name").get<std::string>().c_str(), us[us.size() / 2]);
+    printf("%-42s %8.1f us\n", c.name.c_str(), us[us.size() / 2]);
   }
   printf("%-42s %8.1f us\n", "total", total);
   return 0;
