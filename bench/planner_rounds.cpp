@@ -140,8 +140,9 @@ std::vector<FileCase> load_cases(const char* path) {
     fprintf(stderr, "cannot open %s\n", path);
     exit(1);
   }
+  const nlohmann::json file = nlohmann::json::parse(in);
   std::vector<FileCase> cases;
-  for (const auto& c : nlohmann::json::parse(in).at("cases")) {
+  for (const auto& c : file.at("cases")) {
     cases.push_back({c.at("name").get<std::string>(), c.at("heads").get<int>(), c.at("q_len").get<int>(),
                      c.at("seqlens").get<std::vector<int32_t>>()});
   }
