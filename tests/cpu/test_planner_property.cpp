@@ -254,9 +254,10 @@ TEST(PlannerSearch, WholeFormExactlyWhenItFitsWithinASixteenthOfTheCutCap) {
   EXPECT_GT(whole_plans, 400);  // (both forms are exercised)
 }
 
-// Uniform batches, whose q tile units pack into the slots within 1/16 of the bound, plan
-// in one round (the whole form first); lognormal ones in two (measured before on the
-// device: four and five rounds of 25-70 us each at B128; bench/NOTES.md v45).
+// Batches shaped like the public cases plan in one round: uniform ones (their q tile
+// units pack into the slots within 1/16 of the bound: the whole form first), a lognormal
+// one and a skewed one (the cut form's first round around where its caps gather). Measured
+// before on the device: four and five rounds of 25-70 us each at B128 (bench/NOTES.md v45).
 TEST(PlannerSearch, RoundsOfUniformAndLognormalBatches) {
   auto rounds_of = [](int batch, int q_len, int heads, const std::vector<int32_t>& seqlens) {
     PlanShape s = test::sm90_shape(batch, q_len, heads);
@@ -274,7 +275,11 @@ TEST(PlannerSearch, RoundsOfUniformAndLognormalBatches) {
   std::lognormal_distribution<double> ln(8.0, 1.2);
   std::vector<int32_t> lognormal(128);
   for (auto& x : lognormal) x = std::min<int>(131072, std::max<int>(1, int(ln(rng))));
-  EXPECT_EQ(rounds_of(128, 4, 16, lognormal), std::make_pair(2, false));
+  EXPECT_EQ(rounds_of(128, 4, 16, lognormal), std::make_pair(1, false));
+  std::vector<int32_t> skew(128, 1024);
+  skew[0] = 131072;
+  EXPECT_EQ(rounds_of(128, 1, 16, skew), std::make_pair(1, false));
+  EXPECT_EQ(rounds_of(1, 1, 16, std::vector<int32_t>(1, 131072)), std::make_pair(1, false));
 }
 
 }  // namespace
