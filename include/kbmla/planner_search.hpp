@@ -50,8 +50,10 @@ struct CapSearch {
       low = l;
       found = true;
     } else {
+      // (The last probe becomes low before the grid changes: probe() reads the grid.)
+      const int64_t last = probe(kCapProbes - 1);
       if (!found) step = (fine < kCapProbes ? coarse : step) * kCapProbes;
-      low = probe(kCapProbes - 1);
+      low = last;
       skip = 0;
       below = 0;
       fine = kCapProbes;

@@ -207,6 +207,38 @@ TEST(PlannerFill, StagedDivisionIsTheDivision) {
 namespace kbmla {
 namespace {
 
+// The probes of a round rise strictly (first_fitting takes the lowest that fits), and a
+// round where none fits makes its last probe the next round's known-failing low, whatever
+// the first round's grid (uniform from `skip`, or fine probes between coarse ones).
+TEST(PlannerSearch, ProbesRiseAndAFailedRoundMovesLowToItsLastProbe) {
+  CapSearch uniform;
+  uniform.low = 1000;
+  uniform.step = 50;
+  uniform.skip = 400;
+  CapSearch two_level = uniform;
+  two_level.coarse = 50;
+  two_level.below = 2;
+  two_level.fine = 12;
+  two_level.step = 7;
+  two_level.skip = 700;
+  for (CapSearch s : {uniform, two_level}) {
+    for (int round = 0; round < 3; ++round) {
+      ASSERT_GT(s.probe(0), s.low) << "round " << round;
+      for (int i = 1; i < kCapProbes; ++i) ASSERT_GT(s.probe(i), s.probe(i - 1)) << "round " << round << " probe " << i;
+      const int64_t last = s.probe(kCapProbes - 1);
+      s.update(kCapProbes);
+      ASSERT_EQ(s.low, last) << "round " << round;
+      ASSERT_FALSE(s.found);
+    }
+    // A fit at probe 5 brackets the cap between probes 4 and 5.
+    const int64_t p4 = s.probe(4), p5 = s.probe(5);
+    s.update(5);
+    EXPECT_TRUE(s.found);
+    EXPECT_EQ(s.low, p4);
+    EXPECT_EQ(s.high, p5);
+  }
+}
+
 // The form rule, whatever order the search takes the forms in (the whole form is tried
 // first where it may fit): whole requests exactly when their largest q tile unit and the
 // whole fill fit at the cut form's least cap plus 1/16, and then at a cap within that
