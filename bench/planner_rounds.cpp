@@ -2,7 +2,8 @@
 // device planner runs one after another, each a fill per warp) and the plans' caps, on
 // batches shaped like the public cases and on random configurations. A CPU tool for
 // changes to plan_search (planner_search.hpp): build it against two versions of the
-// header (put the old one first on the include path) and compare the outputs.
+// header (the old one first on the include path; both need RoundCountingProbes, v45 on:
+// for an earlier one, add it) and compare the outputs.
 // Build (from the repository root):
 //   g++ -std=c++20 -O2 -I include -I . -o build-alt/planner_rounds bench/planner_rounds.cpp
 // Run: planner_rounds            (the named cases: rounds, form, cap, items)
