@@ -4,7 +4,7 @@
 // changes to plan_search (planner_search.hpp): build it against two versions of the
 // header (the old one first on the include path; both need RoundCountingProbes, v45 on:
 // for an earlier one, add it) and compare the outputs.
-// Build (from the repository root):
+// Built with the project (build/kbmla_planner_rounds), or from the repository root:
 //   g++ -std=c++20 -O2 -I include -I . -o build-alt/planner_rounds bench/planner_rounds.cpp
 // Run: planner_rounds            (the named cases: rounds, form, cap, items)
 //      planner_rounds N          (N random configurations, a line each: rounds, whole form,
@@ -94,7 +94,8 @@ int random_cases(int n) {
     int batch = 1 << (rng() % 12);
     batch = std::min(2048, batch + int(rng() % (batch + 1)));
     const int q_len = 1 + int(rng() % 16);
-    const int heads = (int[]){8, 12, 16, 24, 32, 64, 96, 128}[rng() % 8];
+    constexpr int kHeads[] = {8, 12, 16, 24, 32, 64, 96, 128};
+    const int heads = kHeads[rng() % 8];
     std::vector<int32_t> seqlens(batch);
     const int kind = int(rng() % 4);
     std::lognormal_distribution<double> d(6 + double(rng() % 5), 0.3 + double(rng() % 12) / 10.0);
