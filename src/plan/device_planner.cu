@@ -247,37 +247,17 @@ struct WalkArrays {
   }
 };
 
-// What a request adds to each prefix sum.
-struct PrefixParts {
-  int64_t whole = 0, tile_cost = 0;
-  int32_t tiles = 0, work = 0, zero = 0;
-  __device__ void add(const PrefixParts& o) {
-    whole += o.whole;
-    tile_cost += o.tile_cost;
-    tiles += o.tiles;
-    work += o.work;
-    zero += o.zero;
-  }
-  __device__ static PrefixParts of(const RequestTerms& t, int num_tiles) {
-    PrefixParts x;
-    const bool w = plan_detail::has_work(t.r);
-    x.whole = t.whole;
-    x.tile_cost = w ? t.tile_cost : 0;
-    x.tiles = w ? t.r.tiles : 0;
-    x.work = w ? 1 : 0;
-    x.zero = plan_detail::zero_fill_count(t.r, num_tiles);
-    return x;
-  }
-  __device__ PrefixParts shfl_up(int delta) const {
-    PrefixParts x;
-    x.whole = __shfl_up_sync(0xffffffffu, whole, delta);
-    x.tile_cost = __shfl_up_sync(0xffffffffu, tile_cost, delta);
-    x.tiles = __shfl_up_sync(0xffffffffu, tiles, delta);
-    x.work = __shfl_up_sync(0xffffffffu, work, delta);
-    x.zero = __shfl_up_sync(0xffffffffu, zero, delta);
-    return x;
-  }
-};
+using plan_detail::PrefixParts;
+
+__device__ PrefixParts shfl_up(const PrefixParts& v, int delta) {
+  PrefixParts x;
+  x.whole = __shfl_up_sync(0xffffffffu, v.whole, delta);
+  x.tile_cost = __shfl_up_sync(0xffffffffu, v.tile_cost, delta);
+  x.tiles = __shfl_up_sync(0xffffffffu, v.tiles, delta);
+  x.work = __shfl_up_sync(0xffffffffu, v.work, delta);
+  x.zero = __shfl_up_sync(0xffffffffu, v.zero, delta);
+  return x;
+}
 
 // Exclusive prefix sums of the staged terms into the walk's arrays: each thread sums a
 // run of consecutive requests, the warps scan by shuffles, then across warps.
@@ -289,7 +269,7 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, Pre
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
   PrefixParts incl = mine;
   for (int d = 1; d < 32; d *= 2) {
-    const PrefixParts up = incl.shfl_up(d);
+    const PrefixParts up = shfl_up(incl, d);
     if (lane >= d) incl.add(up);
   }
   if (lane == 31) warp_sums[warp] = incl;
@@ -299,11 +279,7 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, Pre
   run.add(incl);
   // run is inclusive of this thread's requests: walk back to its first.
   PrefixParts at = run;
-  at.whole -= mine.whole;
-  at.tile_cost -= mine.tile_cost;
-  at.tiles -= mine.tiles;
-  at.work -= mine.work;
-  at.zero -= mine.zero;
+  at.sub(mine);
   for (int b = b0; b < b1; ++b) {
     a.whole[b] = at.whole;
     a.tile_cost[b] = at.tile_cost;

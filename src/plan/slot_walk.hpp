@@ -453,15 +453,47 @@ KBMLA_HD void whole_form_request(const Requests reqs, const BatchPrefix pre, con
   }
 }
 
-// Request b's zero-fill entries (q tiles without a visible key), from position `at` (the
-// count of such entries before b).
+// A request's zero-fill entries: its q tiles without a visible key.
+KBMLA_HD int zero_fill_count(const RequestInfo& r, int num_tiles) { return r.tiles == 0 ? num_tiles : r.first_tile; }
+
+// Request b's zero-fill entries, from position `at` (the count of such entries before b).
 template <class Requests>
 KBMLA_HD void zero_fill_request(const PlanShape& p, const Requests reqs, int num_tiles, const PlanBuffers out, int at,
                                 int b) {
-  const RequestInfo r = reqs.terms(b).r;
-  const int zero_tiles = r.tiles == 0 ? num_tiles : r.first_tile;
+  const int zero_tiles = zero_fill_count(reqs.terms(b).r, num_tiles);
   for (int t = 0; t < zero_tiles; ++t) out.zero_fill[at + t] = make_work_entry(t, b, p.batch, 0);
 }
-KBMLA_HD int zero_fill_count(const RequestInfo& r, int num_tiles) { return r.tiles == 0 ? num_tiles : r.first_tile; }
+
+// What one request adds to each of the walk's prefix sums (BatchPrefix) and to the
+// zero-fill count before the next: the one rule for the host's StagedBatch and the device
+// planner's block scan.
+struct PrefixParts {
+  int64_t whole = 0, tile_cost = 0;
+  int32_t tiles = 0, work = 0, zero = 0;
+  KBMLA_HD static PrefixParts of(const RequestTerms& t, int num_tiles) {
+    PrefixParts x;
+    const bool w = has_work(t.r);
+    x.whole = t.whole;
+    x.tile_cost = w ? t.tile_cost : 0;
+    x.tiles = w ? t.r.tiles : 0;
+    x.work = w ? 1 : 0;
+    x.zero = zero_fill_count(t.r, num_tiles);
+    return x;
+  }
+  KBMLA_HD void add(const PrefixParts& o) {
+    whole += o.whole;
+    tile_cost += o.tile_cost;
+    tiles += o.tiles;
+    work += o.work;
+    zero += o.zero;
+  }
+  KBMLA_HD void sub(const PrefixParts& o) {
+    whole -= o.whole;
+    tile_cost -= o.tile_cost;
+    tiles -= o.tiles;
+    work -= o.work;
+    zero -= o.zero;
+  }
+};
 
 }  // namespace kbmla::plan_detail

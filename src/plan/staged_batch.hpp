@@ -34,15 +34,17 @@ struct StagedBatch {
     tiles.assign(B + 1, 0);
     work.assign(B + 1, 0);
     zero.assign(B + 1, 0);
+    PrefixParts at;
     for (int b = 0; b < B; ++b) {
       const RequestTerms t = request_terms(p, seqlens[b], num_tiles, /*staged=*/true);
       const bool w = has_work(t.r);
       terms[b] = t;
-      whole[b + 1] = whole[b] + t.whole;
-      tile_cost[b + 1] = tile_cost[b] + (w ? t.tile_cost : 0);
-      tiles[b + 1] = tiles[b] + (w ? t.r.tiles : 0);
-      work[b + 1] = work[b] + (w ? 1 : 0);
-      zero[b + 1] = zero[b] + zero_fill_count(t.r, num_tiles);
+      at.add(PrefixParts::of(t, num_tiles));
+      whole[b + 1] = at.whole;
+      tile_cost[b + 1] = at.tile_cost;
+      tiles[b + 1] = at.tiles;
+      work[b + 1] = at.work;
+      zero[b + 1] = at.zero;
       if (w) max_tile_cost = std::max(max_tile_cost, t.tile_cost);
       if (w && t.r.first_tile > 0) all_visible = false;
     }

@@ -14,6 +14,27 @@
 
 namespace kbmla::test {
 
+// A plan's tables in vectors, for comparing the writes of two ways of planning: sized for
+// the counts, every entry but the work list's poisoned (-7); the cluster costs only where
+// asked for.
+struct PlanTables {
+  std::vector<int32_t> work_list, num_splits, first_slot, bounds_offset, bounds, zero_fill;
+  std::vector<int64_t> cluster_cost;
+  PlanBuffers buffers(const PlanCounts& c, int batch, bool with_cluster_cost = false) {
+    work_list.assign(c.work_list_len, kNoWork);
+    num_splits.assign(batch, -7);
+    first_slot.assign(batch, -7);
+    bounds_offset.assign(batch, -7);
+    bounds.assign(c.num_bounds, -7);
+    zero_fill.assign(c.num_zero_fill, -7);
+    cluster_cost.assign(with_cluster_cost ? c.num_clusters : 0, -7);
+    return {work_list.data(), int(work_list.size()), num_splits.data(), first_slot.data(), bounds_offset.data(),
+            bounds.data(),    int(bounds.size()),    zero_fill.data(),  int(zero_fill.size()),
+            with_cluster_cost ? cluster_cost.data() : nullptr};
+  }
+  bool operator==(const PlanTables&) const = default;
+};
+
 // The sm_90 kernel's plan shape: 64 rows per CTA, 2-CTA clusters above 64 rows.
 inline PlanShape sm90_shape(int batch, int q_len, int heads, int ctas = 132) {
   PlanShape s;

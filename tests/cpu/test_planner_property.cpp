@@ -160,26 +160,12 @@ TEST(PlannerFill, StagedRequestTermsPlanTheSameBytes) {
     ASSERT_EQ(a.work_list_len, b.work_list_len) << "config " << i;
     ASSERT_EQ(a.num_bounds, b.num_bounds) << "config " << i;
     ASSERT_EQ(a.num_zero_fill, b.num_zero_fill) << "config " << i;
-    struct Out {
-      std::vector<int32_t> wl, ns, fs, bo, bounds, zf;
-      std::vector<int64_t> cost;
-      PlanBuffers buf(const PlanCounts& c, int batch) {
-        wl.assign(c.work_list_len, 0);
-        ns.assign(batch, 0);
-        fs.assign(batch, 0);
-        bo.assign(batch, 0);
-        bounds.assign(c.num_bounds, 0);
-        zf.assign(c.num_zero_fill, 0);
-        cost.assign(c.num_clusters, 0);
-        return {wl.data(), c.work_list_len, ns.data(), fs.data(), bo.data(), bounds.data(), c.num_bounds,
-                zf.data(), c.num_zero_fill, cost.data()};
-      }
-    } x, y;
-    PlanBuffers bx = x.buf(a, s.batch), by = y.buf(b, s.batch);
+    test::PlanTables x, y;
+    PlanBuffers bx = x.buffers(a, s.batch, /*with_cluster_cost=*/true);
+    PlanBuffers by = y.buffers(b, s.batch, /*with_cluster_cost=*/true);
     ASSERT_EQ(plan_write_requests(s, direct, a, bx), kPlanOk);
     ASSERT_EQ(plan_write_requests(s, staged, b, by), kPlanOk);
-    ASSERT_TRUE(x.wl == y.wl && x.ns == y.ns && x.fs == y.fs && x.bo == y.bo && x.bounds == y.bounds &&
-                x.zf == y.zf && x.cost == y.cost)
+    ASSERT_TRUE(x == y)
         << "config " << i;
   }
 }

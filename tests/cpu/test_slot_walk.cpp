@@ -13,6 +13,7 @@
 
 #include "kbmla/planner.hpp"
 #include "src/plan/staged_batch.hpp"
+#include "tests/cpu/plan_checks.hpp"
 
 namespace kbmla {
 namespace {
@@ -74,25 +75,12 @@ void expect_same_counts(const PlanCounts& a, const PlanCounts& b, const std::str
   EXPECT_EQ(a.num_zero_fill, b.num_zero_fill) << where;
 }
 
-struct Tables {
-  std::vector<int32_t> work_list, num_splits, first_slot, bounds_offset, bounds, zero_fill;
-  // Sized for the plan, every entry but the work list's poisoned.
-  PlanBuffers buffers(const PlanCounts& c, int batch) {
-    work_list.assign(c.work_list_len, kNoWork);
-    num_splits.assign(batch, -7);
-    first_slot.assign(batch, -7);
-    bounds_offset.assign(batch, -7);
-    bounds.assign(c.num_bounds, -7);
-    zero_fill.assign(c.num_zero_fill, -7);
-    return {work_list.data(), int(work_list.size()), num_splits.data(), first_slot.data(), bounds_offset.data(),
-            bounds.data(),    int(bounds.size()),    zero_fill.data(),  int(zero_fill.size()), nullptr};
-  }
-};
+using test::PlanTables;
 
 // The walk's writes (lanes writers, each walking with its own copy of the state) plus the
 // caller's parts, as the device planner makes them.
-Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c, int lanes) {
-  Tables t;
+PlanTables walk_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c, int lanes) {
+  PlanTables t;
   PlanBuffers out = t.buffers(c, p.batch);
   const BatchPrefix pre = st.prefix();
   for (int b = 0; b < p.batch; ++b) zero_fill_request(p, reqs, c.num_q_tiles, out, st.zero[b], b);
@@ -109,8 +97,8 @@ Tables walk_write(const PlanShape& p, const StagedRequests& reqs, const StagedBa
 }
 
 // The cut form's writes request by request from the steps a counting walk recorded.
-Tables step_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c) {
-  Tables t;
+PlanTables step_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c) {
+  PlanTables t;
   PlanBuffers out = t.buffers(c, p.batch);
   const BatchPrefix pre = st.prefix();
   std::vector<CutStep> steps(c.num_clusters + 1);
@@ -129,9 +117,9 @@ Tables step_write(const PlanShape& p, const StagedRequests& reqs, const StagedBa
 // The whole form's writes unit by unit from each slot's first unit, recorded by fill()
 // (SlotStartSink: the first unit placed) or by the walk (WalkCounter: the first unit of
 // the slot's run, which in slot 0 may be a unit without work before it).
-Tables unit_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c,
+PlanTables unit_write(const PlanShape& p, const StagedRequests& reqs, const StagedBatch& st, const PlanCounts& c,
                   bool by_walk) {
-  Tables t;
+  PlanTables t;
   PlanBuffers out = t.buffers(c, p.batch);
   const BatchPrefix pre = st.prefix();
   std::vector<int32_t> starts(c.num_clusters, -1);
@@ -156,11 +144,6 @@ Tables unit_write(const PlanShape& p, const StagedRequests& reqs, const StagedBa
     write_unit_from_starts(p, reqs, up, starts.data(), num_slots, c.num_active_clusters, out, k);
   }
   return t;
-}
-
-bool same_tables(const Tables& a, const Tables& b) {
-  return a.work_list == b.work_list && a.num_splits == b.num_splits && a.first_slot == b.first_slot &&
-         a.bounds_offset == b.bounds_offset && a.bounds == b.bounds && a.zero_fill == b.zero_fill;
 }
 
 TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
@@ -207,18 +190,18 @@ TEST(SlotWalk, SameVerdictsCountsAndBytesAsFill) {
     }
     if (planned.whole_requests && !st.all_visible) continue;
     // Bytes at the planner's cap.
-    Tables want;
+    PlanTables want;
     PlanBuffers wb = want.buffers(planned, p.batch);
     ASSERT_EQ(plan_write(p, seqlens.data(), planned, wb), kPlanOk);
     for (int lanes : {1, 4}) {
-      ASSERT_TRUE(same_tables(walk_write(p, reqs, st, planned, lanes), want)) << "config " << i << " lanes " << lanes;
+      ASSERT_TRUE(walk_write(p, reqs, st, planned, lanes) == want) << "config " << i << " lanes " << lanes;
     }
     if (!planned.whole_requests) {
-      ASSERT_TRUE(same_tables(step_write(p, reqs, st, planned), want)) << "config " << i << " from steps";
+      ASSERT_TRUE(step_write(p, reqs, st, planned) == want) << "config " << i << " from steps";
       ++step_plans;
     } else {
       for (bool by_walk : {false, true}) {
-        ASSERT_TRUE(same_tables(unit_write(p, reqs, st, planned, by_walk), want))
+        ASSERT_TRUE(unit_write(p, reqs, st, planned, by_walk) == want)
             << "config " << i << " from slot starts, walk " << by_walk;
       }
     }
@@ -254,7 +237,7 @@ TEST(SlotWalk, HostPlansEqualPlanMeasureAndWrite) {
     const HostPlan got = make_host_plan(p, seqlens);
     const PlanCounts c = plan_measure(p, seqlens.data());
     ASSERT_EQ(c.status, kPlanOk);
-    Tables want;
+    PlanTables want;
     PlanBuffers out = want.buffers(c, p.batch);
     std::vector<int64_t> cluster_cost(c.num_clusters, 0);
     out.cluster_cost = cluster_cost.data();
@@ -264,8 +247,8 @@ TEST(SlotWalk, HostPlansEqualPlanMeasureAndWrite) {
     ASSERT_EQ(got.counts.whole_requests, c.whole_requests) << where;
     expect_same_counts(got.counts, c, where);
     ASSERT_EQ(got.counts.work_list_len, c.work_list_len) << where;
-    const Tables got_tables{got.work_list, got.num_splits, got.first_slot, got.bounds_offset, got.bounds, got.zero_fill};
-    ASSERT_TRUE(same_tables(got_tables, want)) << where;
+    const PlanTables got_tables{got.work_list, got.num_splits, got.first_slot, got.bounds_offset, got.bounds, got.zero_fill, {}};
+    ASSERT_TRUE(got_tables == want) << where;
     ASSERT_EQ(got.cluster_cost, cluster_cost) << where;
     whole_plans += c.whole_requests ? 1 : 0;
   }
