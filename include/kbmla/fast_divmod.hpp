@@ -17,8 +17,7 @@ class FastDivmod {
   // divisor >= 1. Exact for every dividend in [0, 2^31).
   KBMLA_HD explicit FastDivmod(int32_t divisor) : divisor_(divisor) {
     uint32_t d = static_cast<uint32_t>(divisor);
-    uint32_t log2_ceil = 0;
-    while ((uint64_t{1} << log2_ceil) < d) ++log2_ceil;
+    const uint32_t log2_ceil = ceil_log2(d);
     shift_ = log2_ceil;
     // m = floor(2^32 * (2^l - d) / d) + 1 fits in 32 bits because 2^l - d < d.
     multiplier_ = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << log2_ceil) - d)) / d + 1);
@@ -40,6 +39,17 @@ class FastDivmod {
   }
 
  private:
+  // The least l with 2^l >= d, by a count of leading zeros (the device planner sets up one
+  // divisor per request).
+  KBMLA_HD static uint32_t ceil_log2(uint32_t d) {
+    if (d <= 1) return 0;
+#if defined(__CUDA_ARCH__)
+    return 32 - static_cast<uint32_t>(__clz(static_cast<int>(d - 1)));
+#else
+    return 32 - static_cast<uint32_t>(__builtin_clz(d - 1));
+#endif
+  }
+
   KBMLA_HD static uint32_t mulhi(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
     return __umulhi(a, b);

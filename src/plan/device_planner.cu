@@ -185,23 +185,23 @@ struct WarpSearch {
   }
 };
 
-// Shared memory, by batch size (dynamic, at most kMaxPlannerSmem: 227 KiB less the static
-// part, with room):
-//  - up to kWalkBatch: the slot walk (slot_walk.hpp), each request's fill terms and the
-//    batch's prefix sums, 96 bytes a request (196 KiB at 2048); then, where they fit and
-//    the batch is above kWalkWriteBatch, the probes' slot records (StepRecords:
-//    kPlannerWarps + 2 records of G + 1 steps, 4.2 KiB each at G = 132; where they do not
-//    fit, in global scratch: walk_records_in);
-//  - up to kStagedTermsBatch: fill() on the terms staged there (68 bytes a request);
-//  - up to kSmemSeqlens: fill() on the seqlens staged there; beyond, read from global memory.
+// Where the walk's data live:
+//  - in dynamic shared memory (at most kMaxPlannerSmem: 227 KiB less the static part, with
+//    room) while they fit: each request's fill terms and the batch's prefix sums, 96 bytes
+//    a request, then, for batches above kWalkWriteBatch, the probes' slot records
+//    (StepRecords: kPlannerWarps + 2 records of G + 1 steps, 4.2 KiB each at G = 132). Up
+//    to ~1,500 requests at G = 132;
+//  - above, all of it in the plan's global scratch (device_planner_scratch_bytes): the
+//    same walk, its loads from L1 / L2 instead of shared memory; each step's record is one
+//    32-byte store, and the kept copy is read back once, after the round's barrier (which
+//    makes the block's global writes visible to it). Before, 1,505-2,048 requests kept
+//    their arrays in shared memory and their records in the scratch, and larger batches
+//    ran fill() in every probe, O(batch) steps each (lognormal B3000 1.6 ms, B16384 24 ms).
 // Small batches are written by the walk itself, which takes a long request's slots 32 at
 // a time (B1 L131072: 3.9 us, against 13 from the records and 11 by fill()); above, the
 // records write every request at once (B64 L32768: 4.7 us against 47, lognormal B512: 5.6
 // against 65-155).
-constexpr int kWalkBatch = 2048;
 constexpr int kWalkWriteBatch = 8;
-constexpr int kStagedTermsBatch = 3072;
-constexpr int kSmemSeqlens = 12 * 1024;
 constexpr size_t kMaxPlannerSmem = 220 * 1024;
 constexpr size_t kWalkBytesPerRequest = sizeof(RequestTerms) + 2 * sizeof(int64_t) + 4 * sizeof(int32_t);
 __host__ __device__ constexpr size_t walk_smem_bytes(int batch) {
@@ -211,22 +211,18 @@ __host__ __device__ constexpr size_t walk_records_offset(int batch) { return (wa
 __host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
   return size_t(kPlannerWarps + 2) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
 }
-// Where the probes' step records live: none for small batches (the walk writes them) and
-// batches that do not walk; shared memory where they fit beside the walk's arrays (up to
-// ~1,500 requests at G = 132); above, global scratch (DevicePlanBuffers::scratch): each
-// step's record is one 32-byte store, and the kept copy is read back once, after the
-// round's barrier (which makes the block's global writes visible to it).
-enum class RecordsIn : int { kNone, kShared, kGlobal };
-__host__ __device__ constexpr RecordsIn walk_records_in(int batch, int num_clusters) {
-  if (batch <= kWalkWriteBatch || batch > kWalkBatch) return RecordsIn::kNone;
-  return walk_records_offset(batch) + walk_records_bytes(num_clusters) <= kMaxPlannerSmem ? RecordsIn::kShared
-                                                                                           : RecordsIn::kGlobal;
+__host__ __device__ constexpr bool records_kept(int batch) { return batch > kWalkWriteBatch; }
+// Whether the walk's arrays and records go to the global scratch (they do not fit in
+// shared memory).
+__host__ __device__ constexpr bool walk_in_scratch(int batch, int num_clusters) {
+  return walk_records_offset(batch) + (records_kept(batch) ? walk_records_bytes(num_clusters) : 0) > kMaxPlannerSmem;
 }
-constexpr size_t kStagedTermsBytes = size_t(kStagedTermsBatch) * (sizeof(RequestTerms) + sizeof(int32_t));
-static_assert(walk_smem_bytes(kWalkBatch) <= kMaxPlannerSmem && kStagedTermsBytes <= kMaxPlannerSmem,
-              "the planner's shared memory fits one SM");
+// Dynamic shared memory of a walk there.
+__host__ __device__ constexpr size_t walk_smem_total(int batch, int num_clusters) {
+  return walk_records_offset(batch) + (records_kept(batch) ? walk_records_bytes(num_clusters) : 0);
+}
 
-// The walk's shared arrays (prefix sums: batch + 1 entries).
+// The walk's arrays (prefix sums: batch + 1 entries), in shared memory or the scratch.
 struct WalkArrays {
   RequestTerms* terms;
   int64_t* whole;
@@ -249,60 +245,80 @@ struct WalkArrays {
 
 using plan_detail::PrefixParts;
 
-__device__ PrefixParts shfl_up(const PrefixParts& v, int delta) {
+// A PrefixParts through one shuffle per field (shfl: a generic lambda on one value).
+template <class Shfl>
+__device__ PrefixParts shuffled(const PrefixParts& v, const Shfl& shfl) {
   PrefixParts x;
-  x.whole = __shfl_up_sync(0xffffffffu, v.whole, delta);
-  x.tile_cost = __shfl_up_sync(0xffffffffu, v.tile_cost, delta);
-  x.tiles = __shfl_up_sync(0xffffffffu, v.tiles, delta);
-  x.work = __shfl_up_sync(0xffffffffu, v.work, delta);
-  x.zero = __shfl_up_sync(0xffffffffu, v.zero, delta);
+  x.whole = shfl(v.whole);
+  x.tile_cost = shfl(v.tile_cost);
+  x.tiles = shfl(v.tiles);
+  x.work = shfl(v.work);
+  x.zero = shfl(v.zero);
   return x;
 }
 
-// Exclusive prefix sums of the staged terms into the walk's arrays: each thread sums a
-// run of consecutive requests, the warps scan by shuffles, then across warps.
-__device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, PrefixParts* warp_sums) {
-  const int per_thread = (batch + kPlannerThreads - 1) / kPlannerThreads;
-  const int b0 = min(int(threadIdx.x) * per_thread, batch), b1 = min(b0 + per_thread, batch);
-  PrefixParts mine;
-  for (int b = b0; b < b1; ++b) mine.add(PrefixParts::of(a.terms[b], num_tiles));
+// The staging and the prefix scan give each warp a run of whole 32-request chunks, a
+// request per lane (consecutive requests in consecutive lanes: coalesced loads and stores
+// whether the arrays are in shared or global memory). Before, each thread took a run of
+// consecutive requests, so the lanes of a warp were 64 bytes x run apart: one shared-memory
+// bank for all 32 at B2048, 32 cache lines per access in the scratch.
+struct WarpChunks {
+  int c0, c1;  // this warp's chunks: requests [32 c0, 32 c1)
+  __device__ explicit WarpChunks(int batch) {
+    const int chunks = (batch + 31) / 32, per_warp = (chunks + kPlannerWarps - 1) / kPlannerWarps;
+    c0 = min(int(threadIdx.x / 32) * per_warp, chunks);
+    c1 = min(c0 + per_warp, chunks);
+  }
+};
+
+// Exclusive prefix sums of the staged terms into the walk's arrays, after the staging's
+// barrier: warp_sums holds each warp's total over its chunks; each warp scans its chunks by
+// shuffles, carrying the sum of the warps before it.
+__device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, const PrefixParts* warp_sums,
+                              const WarpChunks& chunks) {
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
-  PrefixParts incl = mine;
-  for (int d = 1; d < 32; d *= 2) {
-    const PrefixParts up = shfl_up(incl, d);
-    if (lane >= d) incl.add(up);
+  PrefixParts carry;
+  for (int w = 0; w < warp; ++w) carry.add(warp_sums[w]);
+  for (int c = chunks.c0; c < chunks.c1; ++c) {
+    const int b = c * 32 + lane;
+    const PrefixParts mine = b < batch ? PrefixParts::of(a.terms[b], num_tiles) : PrefixParts{};
+    PrefixParts incl = mine;
+    for (int d = 1; d < 32; d *= 2) {
+      const PrefixParts up = shuffled(incl, [d](auto v) { return __shfl_up_sync(0xffffffffu, v, d); });
+      if (lane >= d) incl.add(up);
+    }
+    if (b < batch) {
+      PrefixParts at = carry;
+      at.add(incl);
+      at.sub(mine);
+      a.whole[b] = at.whole;
+      a.tile_cost[b] = at.tile_cost;
+      a.tiles[b] = at.tiles;
+      a.work[b] = at.work;
+      a.zero[b] = at.zero;
+    }
+    carry.add(shuffled(incl, [](auto v) { return __shfl_sync(0xffffffffu, v, 31); }));
   }
-  if (lane == 31) warp_sums[warp] = incl;
-  __syncthreads();
-  PrefixParts run;
-  for (int w = 0; w < warp; ++w) run.add(warp_sums[w]);
-  run.add(incl);
-  // run is inclusive of this thread's requests: walk back to its first.
-  PrefixParts at = run;
-  at.sub(mine);
-  for (int b = b0; b < b1; ++b) {
-    a.whole[b] = at.whole;
-    a.tile_cost[b] = at.tile_cost;
-    a.tiles[b] = at.tiles;
-    a.work[b] = at.work;
-    a.zero[b] = at.zero;
-    at.add(PrefixParts::of(a.terms[b], num_tiles));
-  }
-  if (threadIdx.x == kPlannerThreads - 1) {
-    a.whole[batch] = run.whole;
-    a.tile_cost[batch] = run.tile_cost;
-    a.tiles[batch] = run.tiles;
-    a.work[batch] = run.work;
-    a.zero[batch] = run.zero;
+  if (threadIdx.x == 0) {
+    PrefixParts total;
+    for (int w = 0; w < kPlannerWarps; ++w) total.add(warp_sums[w]);
+    a.whole[batch] = total.whole;
+    a.tile_cost[batch] = total.tile_cost;
+    a.tiles[batch] = total.tiles;
+    a.work[batch] = total.work;
+    a.zero[batch] = total.zero;
   }
   __syncthreads();
 }
 
 // The header and the split-request list (wide requests first, each group in request
-// order), from num_splits (`splits`, readable by warp 0); thread 0 writes the header.
+// order), from num_splits (`splits`, written before the caller's last barrier). Every
+// thread takes a run of consecutive requests and the block scans their counts (one warp's
+// ballots over the batch took 15 us at B2048); thread 0 writes the header. `status` is the
+// same in every thread, and every thread calls this.
 __device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, int status, const int32_t* splits,
                             const DevicePlanBuffers& out) {
-  if (threadIdx.x >= 32) return;
+  __shared__ int warp_takes[kPlannerWarps][2];  // per warp: [0] narrow, [1] wide split requests
   const PlanBuffers& buffers = out.plan;
   DevicePlanHeader h{};
   h.status = status;
@@ -315,22 +331,45 @@ __device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, in
     *out.header = h;
     return;
   }
-  const int lane = int(threadIdx.x);
-  int n = 0;
-  for (int wide = 1; wide >= 0; --wide) {
-    for (int b0 = 0; b0 < shape.batch; b0 += 32) {
-      const int b = b0 + lane;
-      const int ns = b < shape.batch ? splits[b] : 0;
-      const bool take = ns > 1 && (ns > kCombineNarrowSplits) == bool(wide);
-      const unsigned taken = __ballot_sync(0xffffffffu, take);
-      const int at = n + __popc(taken & ((1u << lane) - 1));
-      if (take && at < out.split_requests_capacity) out.split_requests[at] = b;
-      n += __popc(taken);
-    }
-    if (wide) h.num_wide_requests = min(n, out.split_requests_capacity);
+  const int B = shape.batch;
+  const int per_thread = (B + kPlannerThreads - 1) / kPlannerThreads;
+  const int b0 = min(int(threadIdx.x) * per_thread, B), b1 = min(b0 + per_thread, B);
+  int mine[2] = {0, 0};
+  for (int b = b0; b < b1; ++b) {
+    const int ns = splits[b];
+    if (ns > 1) ++mine[ns > kCombineNarrowSplits ? 1 : 0];
   }
-  if (lane != 0) return;
-  h.num_split_requests = min(n, out.split_requests_capacity);
+  const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
+  int incl[2] = {mine[0], mine[1]};
+  for (int d = 1; d < 32; d *= 2) {
+    for (int f = 0; f < 2; ++f) {
+      const int up = __shfl_up_sync(0xffffffffu, incl[f], d);
+      if (lane >= d) incl[f] += up;
+    }
+  }
+  if (lane == 31) {
+    warp_takes[warp][0] = incl[0];
+    warp_takes[warp][1] = incl[1];
+  }
+  __syncthreads();
+  int before[2] = {incl[0] - mine[0], incl[1] - mine[1]}, total[2] = {0, 0};
+  for (int w = 0; w < kPlannerWarps; ++w) {
+    for (int f = 0; f < 2; ++f) {
+      if (w < warp) before[f] += warp_takes[w][f];
+      total[f] += warp_takes[w][f];
+    }
+  }
+  int at[2] = {total[1] + before[0], before[1]};  // narrow ones after every wide one
+  for (int b = b0; b < b1; ++b) {
+    const int ns = splits[b];
+    if (ns <= 1) continue;
+    const int f = ns > kCombineNarrowSplits ? 1 : 0;
+    if (at[f] < out.split_requests_capacity) out.split_requests[at[f]] = b;
+    ++at[f];
+  }
+  if (threadIdx.x != 0) return;
+  h.num_wide_requests = min(total[1], out.split_requests_capacity);
+  h.num_split_requests = min(total[0] + total[1], out.split_requests_capacity);
   h.num_zero_fill = counts.num_zero_fill;
   h.num_slots = counts.num_slots;
   h.num_items = counts.num_items;
@@ -394,13 +433,14 @@ struct WalkProbe {
   }
 };
 
-// Batches up to kWalkBatch: the cap search's fills and the plan's writes are slot walks
+// Every batch: the cap search's fills and the plan's writes are slot walks
 // (fill() where the walk does not apply: batch-invariant cuts, the whole form with
 // partly visible requests).
-// kGlobalRecords: the step records in global scratch (walk_records_in), a separate
-// instantiation so that the shared-memory one keeps its shared stores and registers
-// (with one pointer for both, ptxas spilled 192 bytes here instead of 68).
-template <bool kGlobalRecords>
+// kInScratch: the walk's arrays and records in the global scratch (walk_in_scratch), a
+// separate instantiation so that the shared-memory one keeps its shared loads and
+// registers (with one pointer for both, ptxas spilled 192 bytes here instead of 68; with
+// the arrays' place chosen at run time, the scan of B2048 took 13.8 us instead of 6.6).
+template <bool kInScratch>
 __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t* seqlens_global, const DevicePlanBuffers& out,
                              uint8_t* staged_bytes, const BlockProbes& block_probes) {
   __shared__ PrefixParts warp_sums[kPlannerWarps];
@@ -412,12 +452,12 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   const int B = shape.batch;
   const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
   const int G = shape.num_ctas / shape.cluster_size;
-  const WalkArrays a(staged_bytes, B);
-  auto* steps = reinterpret_cast<plan_detail::CutStep*>(kGlobalRecords ? static_cast<uint8_t*>(out.scratch)
-                                                                         : staged_bytes + walk_records_offset(B));
+  uint8_t* arrays = kInScratch ? static_cast<uint8_t*>(out.scratch) : staged_bytes;
+  const WalkArrays a(arrays, B);
+  auto* steps = reinterpret_cast<plan_detail::CutStep*>(arrays + walk_records_offset(B));
   const StepRecords records{steps,     {steps + kPlannerWarps * (G + 1), steps + (kPlannerWarps + 1) * (G + 1)},
                             num_steps, kept_cap, kept_steps, G + 1};
-  const bool recording = kGlobalRecords || walk_records_in(B, G) == RecordsIn::kShared;
+  const bool recording = records_kept(B);
   BlockProbes probes = block_probes;
   probes.records = recording ? &records : nullptr;
   if (threadIdx.x == 0) {
@@ -428,17 +468,28 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   __syncthreads();
   bool partly_visible = false;
   int64_t max_tile_cost = 0;
-  for (int b = threadIdx.x; b < B; b += blockDim.x) {
+  const WarpChunks chunks(B);
+  PrefixParts warp_total;  // (the scan's first pass)
+  for (int c = chunks.c0; c < chunks.c1; ++c) {
+    const int b = c * 32 + int(threadIdx.x % 32);
+    if (b >= B) break;
     const int32_t L = seqlens_global[b];
     if (L < 0) atomicMin(&bad_index, b);
     const RequestTerms t = plan_detail::request_terms(shape, L, T, /*staged=*/true);
     a.terms[b] = t;
+    warp_total.add(PrefixParts::of(t, T));
     const bool work = plan_detail::has_work(t.r);
     partly_visible |= work && t.r.first_tile > 0;
     if (work && t.tile_cost > max_tile_cost) max_tile_cost = t.tile_cost;
   }
-  for (int d = 16; d >= 1; d /= 2) max_tile_cost = max(max_tile_cost, __shfl_xor_sync(0xffffffffu, max_tile_cost, d));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = max_tile_cost;
+  for (int d = 16; d >= 1; d /= 2) {
+    max_tile_cost = max(max_tile_cost, __shfl_xor_sync(0xffffffffu, max_tile_cost, d));
+    warp_total.add(shuffled(warp_total, [d](auto v) { return __shfl_xor_sync(0xffffffffu, v, d); }));
+  }
+  if (threadIdx.x % 32 == 0) {
+    warp_max[threadIdx.x / 32] = max_tile_cost;
+    warp_sums[threadIdx.x / 32] = warp_total;
+  }
   // The whole form's walk needs every request fully visible; it is also slower than fill()
   // where the slots' runs are short (one or two q tile units a slot: measured, uniform
   // B128 Sq4, 55-58 us a round against 20), so it walks only where runs average 4 units.
@@ -452,7 +503,7 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     finish_plan(shape, failed, failed.status, nullptr, out);
     return;
   }
-  scan_prefixes(a, B, T, warp_sums);
+  scan_prefixes(a, B, T, warp_sums, chunks);
   if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
   const plan_detail::BatchPrefix pre{a.whole, a.tile_cost, a.tiles, a.work};
   const plan_detail::StagedRequests reqs{nullptr, a.terms};
@@ -502,8 +553,8 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     finish_plan(shape, counts, status, a.splits, out);
     return;
   }
-  // No record (batches of at most kWalkWriteBatch, or no scratch for records that do not
-  // fit in shared memory, or a plan whose form records nothing): the walk
+  // No record (batches of at most kWalkWriteBatch, or a plan whose form records nothing:
+  // batch-invariant cuts, the whole form with partly visible requests): the walk
   // itself writes small batches, a long request's slots 32 at a time (B1 L131072: 3.8 us
   // against 11); elsewhere one warp's step per slot costs more than thread 0's fill() per
   // request (B64-B512: 63-107 us against 47-65), which writes the rest.
@@ -538,49 +589,12 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   finish_plan(shape, counts, status, a.splits, out);
 }
 
-// Larger batches: fill() on each request's terms staged in shared memory (up to
-// kStagedTermsBatch), else on seqlens there (up to kSmemSeqlens) or in global memory; thread
-// 0 writes.
-__device__ __noinline__ void plan_by_fill(const PlanShape& shape, const int32_t* seqlens_global,
-                                          const DevicePlanBuffers& out, uint8_t* staged_bytes,
-                                          const BlockProbes& probes) {
-  PlanCounts counts;
-  int status;
-  PlanBuffers buffers = out.plan;
-  if (shape.batch <= kStagedTermsBatch) {
-    auto* terms = reinterpret_cast<RequestTerms*>(staged_bytes);
-    auto* seqlens = reinterpret_cast<int32_t*>(terms + shape.batch);
-    const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
-    for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) {
-      seqlens[b] = seqlens_global[b];
-      terms[b] = plan_detail::request_terms(shape, seqlens[b], T, /*staged=*/true);
-    }
-    __syncthreads();
-    const plan_detail::StagedRequests reqs{seqlens, terms};
-    counts = plan_measure_requests(shape, reqs, probes);
-    status = counts.status;
-    if (threadIdx.x == 0 && status == kPlanOk) status = plan_write_requests(shape, reqs, counts, buffers);
-  } else {
-    const int32_t* seqlens = seqlens_global;
-    if (shape.batch <= kSmemSeqlens) {
-      auto* staged = reinterpret_cast<int32_t*>(staged_bytes);
-      for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) staged[b] = seqlens_global[b];
-      __syncthreads();
-      seqlens = staged;
-    }
-    counts = plan_measure_with(shape, seqlens, probes);
-    status = counts.status;
-    if (threadIdx.x == 0 && status == kPlanOk) status = plan_write(shape, seqlens, counts, buffers);
-  }
-  __syncthreads();
-  finish_plan(shape, counts, __shfl_sync(0xffffffffu, status, 0), buffers.num_splits, out);
-}
-
 // kCapProbes warps search the cap (one probe each per round, one more warp for an extra
 // fill). On any failure the plan is left empty but well-formed: every slot's column starts
 // with a negative entry. 17 warps: with 32 the fill had 64 registers and spilled once the
 // whole-request form was added; 544 threads get 96, and ptxas spills some of the search's
-// values (124 bytes in plan_by_walk, 132 in plan_by_fill; their cost not measured alone).
+// values (104 bytes in plan_by_walk<false>, 274 in plan_by_walk<true> at 1af96b7; their
+// cost not measured alone).
 __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                         const int32_t* seqlens_global,
                                                         const __grid_constant__ DevicePlanBuffers out) {
@@ -591,15 +605,11 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
   __shared__ PlanCounts counted[kPlannerWarps];
   __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
   const BlockProbes probes{verdict, counted, scratch, nullptr};
-  if (shape.batch <= kWalkBatch) {
-    const int G = shape.num_ctas / shape.cluster_size;
-    if (walk_records_in(shape.batch, G) == RecordsIn::kGlobal && out.scratch != nullptr) {
-      plan_by_walk<true>(shape, seqlens_global, out, staged_bytes, probes);
-    } else {
-      plan_by_walk<false>(shape, seqlens_global, out, staged_bytes, probes);
-    }
+  // (launch_device_planner checks that a shape whose walk is in the scratch has it.)
+  if (walk_in_scratch(shape.batch, shape.num_ctas / shape.cluster_size)) {
+    plan_by_walk<true>(shape, seqlens_global, out, staged_bytes, probes);
   } else {
-    plan_by_fill(shape, seqlens_global, out, staged_bytes, probes);
+    plan_by_walk<false>(shape, seqlens_global, out, staged_bytes, probes);
   }
 }
 
@@ -607,7 +617,7 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
 
 size_t device_planner_scratch_bytes(const PlanShape& shape) {
   const int G = shape.num_ctas / shape.cluster_size;
-  return walk_records_in(shape.batch, G) == RecordsIn::kGlobal ? walk_records_bytes(G) : 0;
+  return walk_in_scratch(shape.batch, G) ? walk_smem_total(shape.batch, G) : 0;
 }
 
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
@@ -618,14 +628,11 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
       device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxPlannerSmem));
   require(attr_err == cudaSuccess, "device planner: cannot reserve ", kMaxPlannerSmem, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
+  const size_t scratch_bytes = device_planner_scratch_bytes(shape);
+  require(scratch_bytes == 0 || out.scratch != nullptr, "device planner: a batch of ", shape.batch,
+          " needs its scratch (device_planner_scratch_bytes: ", scratch_bytes, " bytes); out.scratch is null");
   const int G = shape.num_ctas / shape.cluster_size;
-  const size_t walk_bytes = walk_records_in(shape.batch, G) == RecordsIn::kShared
-                                ? walk_records_offset(shape.batch) + walk_records_bytes(G)
-                                : walk_smem_bytes(shape.batch);
-  const size_t smem = shape.batch <= kWalkBatch          ? walk_bytes
-                      : shape.batch <= kStagedTermsBatch ? size_t(shape.batch) * (sizeof(RequestTerms) + sizeof(int32_t))
-                      : shape.batch <= kSmemSeqlens      ? size_t(shape.batch) * sizeof(int32_t)
-                                                         : 0;
+  const size_t smem = walk_in_scratch(shape.batch, G) ? 0 : walk_smem_total(shape.batch, G);
   device_planner_kernel<<<1, kPlannerThreads, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));

@@ -17,9 +17,9 @@ struct DevicePlanBuffers {
   PlanBuffers plan;           // capacities set; cluster_cost unused (null)
   int32_t* split_requests;    // capacity: PlanCapacity::split_requests
   int split_requests_capacity;
-  // The probes' step records where they do not fit in shared memory beside a large
-  // batch's terms: device_planner_scratch_bytes(shape) bytes, 16-byte aligned (null when
-  // that is 0; without it such batches are written by one thread, ~0.5 ms at 2,048).
+  // The walk's arrays for batches above 2,048 and the probes' step records where they do
+  // not fit in shared memory: device_planner_scratch_bytes(shape) bytes, 16-byte aligned;
+  // required where that is not 0 (launch_device_planner checks), else null.
   void* scratch = nullptr;
 };
 

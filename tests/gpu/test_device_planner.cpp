@@ -3,6 +3,7 @@
 // new seqlens, each replay checked against the float64 reference.
 #include <random>
 
+#include "src/runtime/plan_impl.hpp"
 #include "tests/gpu/gpu_harness.hpp"
 
 namespace kbmla::test {
@@ -16,10 +17,10 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   std::uniform_int_distribution<int> heads_d(1, 128), q_d(1, 9), log_b(0, 8), coin(0, 3);
   // The last batches take the planner's other forms (device_planner.cu): 1700 requests walk
   // with their step records in the plan's global scratch (they no longer fit beside the
-  // terms in shared memory), 2048 is the most that walk,
-  // 2049 and 3072 run fill() on staged terms, 3073 on staged seqlens, 12289 on seqlens in
-  // global memory. (Batches up to 256 before them: the walk, with records above 8.)
-  const int large_batches[] = {1700, 2048, 2049, 3072, 3073, 12289};
+  // arrays in shared memory), 2048 is the most whose arrays are in shared memory, 2049 and
+  // above keep the walk's arrays in the scratch as well. (Batches up to 256 before them:
+  // the walk, with records above 8.)
+  const int large_batches[] = {1700, 2048, 2049, 3072, 5000, 12289};
   for (int i = 0; i < 156; ++i) {
     DecodeConfig config;
     config.heads = heads_d(rng);
@@ -50,6 +51,22 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
     EXPECT_EQ(got.zero_fill, want.zero_fill);
     EXPECT_EQ(got.counts.num_slots, want.counts.num_slots);
     EXPECT_EQ(got.counts.num_items, want.counts.num_items);
+    // The combine's split-request list (wide requests first) and the header's counts of it.
+    DevicePlan::Impl expect;
+    expect.host = want;
+    detail::record_split_requests(expect);
+    const DevicePlan::Impl& made = plan.impl();
+    DevicePlanHeader header{};
+    cuda_ok(cudaMemcpy(&header, made.header, sizeof header, cudaMemcpyDeviceToHost), "header");
+    ASSERT_EQ(header.num_split_requests, int(expect.split_requests.size()));
+    EXPECT_EQ(header.num_wide_requests, expect.num_wide_requests);
+    std::vector<int32_t> split_requests(expect.split_requests.size());
+    if (!split_requests.empty()) {
+      cuda_ok(cudaMemcpy(split_requests.data(), made.split_requests_dev, split_requests.size() * sizeof(int32_t),
+                         cudaMemcpyDeviceToHost),
+              "split requests");
+    }
+    EXPECT_EQ(split_requests, expect.split_requests);
   }
 }
 
