@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   cases.push_back({"logn_B32_Sq1", 32, 1, 16, 1, sm90_bf16_cost_model(16), logn(32, 9.0, 1.2)});
   cases.push_back({"logn_B1700_Sq1", 1700, 1, 16, 1, sm90_bf16_cost_model(16), logn(1700, 6.5, 1.5)});
   cases.push_back({"logn_B2048_Sq1", 2048, 1, 16, 1, sm90_bf16_cost_model(16), logn(2048, 6.5, 1.5)});
+  cases.push_back({"logn_B2300_Sq1", 2300, 1, 16, 1, sm90_bf16_cost_model(16), logn(2300, 6.5, 1.5)});
   cases.push_back({"logn_B3000_Sq1", 3000, 1, 16, 1, sm90_bf16_cost_model(16), logn(3000, 6.5, 1.5)});
   cases.push_back({"logn_B4096_Sq4", 4096, 4, 16, 1, sm90_bf16_cost_model(64), logn(4096, 6.5, 1.5)});
   cases.push_back({"uni_B8192_L2048_Sq1", 8192, 1, 16, 1, sm90_bf16_cost_model(16), uni(8192, 2048)});

@@ -191,12 +191,13 @@ struct WarpSearch {
 //    a request, then, for batches above kWalkWriteBatch, the probes' slot records
 //    (StepRecords: kPlannerWarps + 2 records of G + 1 steps, 4.2 KiB each at G = 132). Up
 //    to ~1,500 requests at G = 132;
-//  - above, all of it in the plan's global scratch (device_planner_scratch_bytes): the
-//    same walk, its loads from L1 / L2 instead of shared memory; each step's record is one
-//    32-byte store, and the kept copy is read back once, after the round's barrier (which
-//    makes the block's global writes visible to it). Before, 1,505-2,048 requests kept
-//    their arrays in shared memory and their records in the scratch, and larger batches
-//    ran fill() in every probe, O(batch) steps each (lognormal B3000 1.6 ms, B16384 24 ms).
+//  - the arrays there and the records in the plan's global scratch
+//    (device_planner_scratch_bytes) while the arrays alone fit (~2,300 requests): each
+//    step's record is one 32-byte store, and the kept copy is read back once, after the
+//    round's barrier (which makes the block's global writes visible to it);
+//  - above, both in the scratch: the same walk, its loads from L1 / L2 instead of shared
+//    memory (lognormal B3000 0.24 ms, B16384 0.39 ms, where fill() in every probe, O(batch)
+//    steps each, took 1.6 and 24 ms).
 // Small batches are written by the walk itself, which takes a long request's slots 32 at
 // a time (B1 L131072: 3.9 us, against 13 from the records and 11 by fill()); above, the
 // records write every request at once (B64 L32768: 4.7 us against 47, lognormal B512: 5.6
@@ -212,14 +213,15 @@ __host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
   return size_t(kPlannerWarps + 2) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
 }
 __host__ __device__ constexpr bool records_kept(int batch) { return batch > kWalkWriteBatch; }
-// Whether the walk's arrays and records go to the global scratch (they do not fit in
-// shared memory).
-__host__ __device__ constexpr bool walk_in_scratch(int batch, int num_clusters) {
-  return walk_records_offset(batch) + (records_kept(batch) ? walk_records_bytes(num_clusters) : 0) > kMaxPlannerSmem;
-}
-// Dynamic shared memory of a walk there.
-__host__ __device__ constexpr size_t walk_smem_total(int batch, int num_clusters) {
-  return walk_records_offset(batch) + (records_kept(batch) ? walk_records_bytes(num_clusters) : 0);
+enum class WalkPlace : int {
+  kShared,         // arrays and records (if any) in shared memory
+  kGlobalRecords,  // arrays in shared memory, records in the scratch
+  kScratch,        // both in the scratch, records after the arrays
+};
+__host__ __device__ constexpr WalkPlace walk_place(int batch, int num_clusters) {
+  const size_t arrays = walk_records_offset(batch);
+  if (arrays + (records_kept(batch) ? walk_records_bytes(num_clusters) : 0) <= kMaxPlannerSmem) return WalkPlace::kShared;
+  return arrays <= kMaxPlannerSmem ? WalkPlace::kGlobalRecords : WalkPlace::kScratch;
 }
 
 // The walk's arrays (prefix sums: batch + 1 entries), in shared memory or the scratch.
@@ -436,11 +438,11 @@ struct WalkProbe {
 // Every batch: the cap search's fills and the plan's writes are slot walks
 // (fill() where the walk does not apply: batch-invariant cuts, the whole form with
 // partly visible requests).
-// kInScratch: the walk's arrays and records in the global scratch (walk_in_scratch), a
-// separate instantiation so that the shared-memory one keeps its shared loads and
-// registers (with one pointer for both, ptxas spilled 192 bytes here instead of 68; with
-// the arrays' place chosen at run time, the scan of B2048 took 13.8 us instead of 6.6).
-template <bool kInScratch>
+// One instantiation per place (walk_place), so that each keeps its shared loads and
+// registers: with one pointer for shared and global records, ptxas spilled 192 bytes here
+// instead of 68; with the arrays' place chosen at run time, the scan of B2048 took 13.8 us
+// instead of 6.6, and arrays in the scratch make B1700-2048 replans 12 % slower.
+template <WalkPlace kPlace>
 __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t* seqlens_global, const DevicePlanBuffers& out,
                              uint8_t* staged_bytes, const BlockProbes& block_probes) {
   __shared__ PrefixParts warp_sums[kPlannerWarps];
@@ -452,9 +454,11 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   const int B = shape.batch;
   const int T = plan_detail::ceil_div(shape.heads * shape.q_len, shape.tile_rows);
   const int G = shape.num_ctas / shape.cluster_size;
-  uint8_t* arrays = kInScratch ? static_cast<uint8_t*>(out.scratch) : staged_bytes;
+  uint8_t* scratch = static_cast<uint8_t*>(out.scratch);
+  uint8_t* arrays = kPlace == WalkPlace::kScratch ? scratch : staged_bytes;
   const WalkArrays a(arrays, B);
-  auto* steps = reinterpret_cast<plan_detail::CutStep*>(arrays + walk_records_offset(B));
+  auto* steps = reinterpret_cast<plan_detail::CutStep*>(kPlace == WalkPlace::kGlobalRecords ? scratch
+                                                                                              : arrays + walk_records_offset(B));
   const StepRecords records{steps,     {steps + kPlannerWarps * (G + 1), steps + (kPlannerWarps + 1) * (G + 1)},
                             num_steps, kept_cap, kept_steps, G + 1};
   const bool recording = records_kept(B);
@@ -605,11 +609,17 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
   __shared__ PlanCounts counted[kPlannerWarps];
   __shared__ alignas(16) uint8_t scratch[BlockProbes::kScratchBytes];
   const BlockProbes probes{verdict, counted, scratch, nullptr};
-  // (launch_device_planner checks that a shape whose walk is in the scratch has it.)
-  if (walk_in_scratch(shape.batch, shape.num_ctas / shape.cluster_size)) {
-    plan_by_walk<true>(shape, seqlens_global, out, staged_bytes, probes);
-  } else {
-    plan_by_walk<false>(shape, seqlens_global, out, staged_bytes, probes);
+  // (launch_device_planner checks that a shape with data in the scratch has it.)
+  switch (walk_place(shape.batch, shape.num_ctas / shape.cluster_size)) {
+    case WalkPlace::kShared:
+      plan_by_walk<WalkPlace::kShared>(shape, seqlens_global, out, staged_bytes, probes);
+      break;
+    case WalkPlace::kGlobalRecords:
+      plan_by_walk<WalkPlace::kGlobalRecords>(shape, seqlens_global, out, staged_bytes, probes);
+      break;
+    case WalkPlace::kScratch:
+      plan_by_walk<WalkPlace::kScratch>(shape, seqlens_global, out, staged_bytes, probes);
+      break;
   }
 }
 
@@ -617,7 +627,15 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
 
 size_t device_planner_scratch_bytes(const PlanShape& shape) {
   const int G = shape.num_ctas / shape.cluster_size;
-  return walk_in_scratch(shape.batch, G) ? walk_smem_total(shape.batch, G) : 0;
+  switch (walk_place(shape.batch, G)) {
+    case WalkPlace::kShared:
+      return 0;
+    case WalkPlace::kGlobalRecords:
+      return walk_records_bytes(G);
+    case WalkPlace::kScratch:
+      break;
+  }
+  return walk_records_offset(shape.batch) + walk_records_bytes(G);
 }
 
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
@@ -632,7 +650,11 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
   require(scratch_bytes == 0 || out.scratch != nullptr, "device planner: a batch of ", shape.batch,
           " needs its scratch (device_planner_scratch_bytes: ", scratch_bytes, " bytes); out.scratch is null");
   const int G = shape.num_ctas / shape.cluster_size;
-  const size_t smem = walk_in_scratch(shape.batch, G) ? 0 : walk_smem_total(shape.batch, G);
+  const WalkPlace place = walk_place(shape.batch, G);
+  const size_t smem = place == WalkPlace::kScratch         ? 0
+                      : place == WalkPlace::kGlobalRecords ? walk_records_offset(shape.batch)
+                                                           : walk_records_offset(shape.batch) +
+                                                                 (records_kept(shape.batch) ? walk_records_bytes(G) : 0);
   device_planner_kernel<<<1, kPlannerThreads, smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));

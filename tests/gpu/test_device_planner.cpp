@@ -15,12 +15,12 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   KBMLA_REQUIRE_SM90();
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<int> heads_d(1, 128), q_d(1, 9), log_b(0, 8), coin(0, 3);
-  // The last batches take the planner's other forms (device_planner.cu): 1700 requests walk
-  // with their step records in the plan's global scratch (they no longer fit beside the
-  // arrays in shared memory), 2048 is the most whose arrays are in shared memory, 2049 and
-  // above keep the walk's arrays in the scratch as well. (Batches up to 256 before them:
-  // the walk, with records above 8.)
-  const int large_batches[] = {1700, 2048, 2049, 3072, 5000, 12289};
+  // The last batches take the planner's other places (device_planner.cu, walk_place): 1700
+  // and 2300 requests walk with their arrays in shared memory and their step records in the
+  // plan's global scratch (they no longer fit beside the arrays), 2400 and above with both
+  // in the scratch. (Batches up to 256 before them: everything in shared memory, records
+  // above 8.)
+  const int large_batches[] = {1700, 2300, 2400, 3072, 5000, 12289};
   for (int i = 0; i < 156; ++i) {
     DecodeConfig config;
     config.heads = heads_d(rng);
