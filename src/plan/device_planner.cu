@@ -213,6 +213,8 @@ __host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
   return size_t(kPlannerWarps + 2) * size_t(num_clusters + 1) * sizeof(plan_detail::CutStep);
 }
 __host__ __device__ constexpr bool records_kept(int batch) { return batch > kWalkWriteBatch; }
+// Dynamic shared memory of a walk in the scratch: each warp's staging buffer (32 terms).
+constexpr size_t kStagingBufferBytes = size_t(kPlannerWarps) * 32 * sizeof(RequestTerms);
 enum class WalkPlace : int {
   kShared,         // arrays and records (if any) in shared memory
   kGlobalRecords,  // arrays in shared memory, records in the scratch
@@ -272,6 +274,25 @@ struct WarpChunks {
     c1 = min(c0 + per_warp, chunks);
   }
 };
+
+// One warp's chunk of terms (the first n lanes' t) to `to` (global, 16-byte aligned)
+// through `buf` (shared, 2 KiB): each lane writes its terms in 16-byte quarters, the
+// quarters of request r rotated by r (two lanes a bank group instead of four), then lane l
+// copies quarters l, l + 32, ... of the chunk, so that each store instruction covers 512
+// consecutive bytes. All 32 lanes call it.
+__device__ void stage_terms_coalesced(const RequestTerms& t, int lane, int n, uint4* buf, uint4* to) {
+  uint4 q[4];
+  memcpy(q, &t, sizeof q);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) buf[lane * 4 + ((k + lane) & 3)] = q[k];
+  __syncwarp();
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int piece = k * 32 + lane, r = piece / 4;
+    if (piece < 4 * n) to[piece] = buf[r * 4 + ((piece % 4 + r) & 3)];
+  }
+  __syncwarp();
+}
 
 // Exclusive prefix sums of the staged terms into the walk's arrays, after the staging's
 // barrier: warp_sums holds each warp's total over its chunks; each warp scans its chunks by
@@ -475,7 +496,30 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   const WarpChunks chunks(B);
   PrefixParts warp_total;  // (the scan's first pass)
   for (int c = chunks.c0; c < chunks.c1; ++c) {
-    const int b = c * 32 + int(threadIdx.x % 32);
+    const int lane = int(threadIdx.x % 32);
+    const int b = c * 32 + lane;
+    if constexpr (kPlace == WalkPlace::kScratch) {
+      // In global memory a lane's own 64-byte store spans 16 cache lines a warp instruction
+      // (most of this loop's time: B16384 staged in 116 us); through the warp's 2 KiB of
+      // the otherwise unused dynamic shared memory each lane stores 16 consecutive bytes.
+      // Every lane takes part in the copy, also those past the batch in its last chunk
+      // (their quarters carry other requests').
+      const int n = min(32, B - c * 32);
+      RequestTerms t{};
+      if (b < B) {
+        const int32_t L = seqlens_global[b];
+        if (L < 0) atomicMin(&bad_index, b);
+        t = plan_detail::request_terms(shape, L, T, /*staged=*/true);
+      }
+      stage_terms_coalesced(t, lane, n, reinterpret_cast<uint4*>(staged_bytes) + (threadIdx.x / 32) * 128,
+                            reinterpret_cast<uint4*>(a.terms + c * 32));
+      if (b >= B) break;
+      warp_total.add(PrefixParts::of(t, T));
+      const bool work = plan_detail::has_work(t.r);
+      partly_visible |= work && t.r.first_tile > 0;
+      if (work && t.tile_cost > max_tile_cost) max_tile_cost = t.tile_cost;
+      continue;
+    }
     if (b >= B) break;
     const int32_t L = seqlens_global[b];
     if (L < 0) atomicMin(&bad_index, b);
@@ -651,7 +695,7 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
           " needs its scratch (device_planner_scratch_bytes: ", scratch_bytes, " bytes); out.scratch is null");
   const int G = shape.num_ctas / shape.cluster_size;
   const WalkPlace place = walk_place(shape.batch, G);
-  const size_t smem = place == WalkPlace::kScratch         ? 0
+  const size_t smem = place == WalkPlace::kScratch         ? kStagingBufferBytes
                       : place == WalkPlace::kGlobalRecords ? walk_records_offset(shape.batch)
                                                            : walk_records_offset(shape.batch) +
                                                                  (records_kept(shape.batch) ? walk_records_bytes(G) : 0);
