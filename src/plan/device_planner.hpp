@@ -17,7 +17,7 @@ struct DevicePlanBuffers {
   PlanBuffers plan;           // capacities set; cluster_cost unused (null)
   int32_t* split_requests;    // capacity: PlanCapacity::split_requests
   int split_requests_capacity;
-  // The walk's arrays for batches above 2,048 and the probes' step records where they do
+  // The walk's arrays for batches above ~2,300 and the probes' step records where they do
   // not fit in shared memory: device_planner_scratch_bytes(shape) bytes, 16-byte aligned;
   // required where that is not 0 (launch_device_planner checks), else null.
   void* scratch = nullptr;
