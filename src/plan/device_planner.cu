@@ -496,9 +496,9 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
   const WarpChunks chunks(B);
   PrefixParts warp_total;  // (the scan's first pass)
   for (int c = chunks.c0; c < chunks.c1; ++c) {
-    const int lane = int(threadIdx.x % 32);
-    const int b = c * 32 + lane;
     if constexpr (kPlace == WalkPlace::kScratch) {
+      const int lane = int(threadIdx.x % 32);
+      const int b = c * 32 + lane;
       // In global memory a lane's own 64-byte store spans 16 cache lines a warp instruction
       // (most of this loop's time: B16384 staged in 116 us); through the warp's 2 KiB of
       // the otherwise unused dynamic shared memory each lane stores 16 consecutive bytes.
@@ -520,6 +520,7 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
       if (work && t.tile_cost > max_tile_cost) max_tile_cost = t.tile_cost;
       continue;
     }
+    const int b = c * 32 + int(threadIdx.x % 32);
     if (b >= B) break;
     const int32_t L = seqlens_global[b];
     if (L < 0) atomicMin(&bad_index, b);
