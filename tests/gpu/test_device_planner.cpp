@@ -11,6 +11,38 @@ namespace {
 
 PlanShape host_shape_of(const DevicePlan& plan) { return plan.host_plan().shape; }
 
+// Replans `plan` on the device from `seqlens` and compares every array, the counts, and the
+// combine's split-request list with the header's counts of it, against the host planner.
+void expect_device_plan_matches_host(const DevicePlan& plan, const std::vector<int32_t>& seqlens) {
+  DeviceArray<int32_t> dev_seqlens(seqlens);
+  plan.replan(dev_seqlens.ptr, nullptr);
+  HostPlan got = plan.download();
+  HostPlan want = make_host_plan(host_shape_of(plan), seqlens);
+  ASSERT_EQ(got.counts.status, kPlanOk);
+  EXPECT_EQ(got.work_list, want.work_list);
+  EXPECT_EQ(got.num_splits, want.num_splits);
+  EXPECT_EQ(got.first_slot, want.first_slot);
+  EXPECT_EQ(got.bounds, want.bounds);
+  EXPECT_EQ(got.zero_fill, want.zero_fill);
+  EXPECT_EQ(got.counts.num_slots, want.counts.num_slots);
+  EXPECT_EQ(got.counts.num_items, want.counts.num_items);
+  DevicePlan::Impl expect;
+  expect.host = want;
+  detail::record_split_requests(expect);
+  const DevicePlan::Impl& made = plan.impl();
+  DevicePlanHeader header{};
+  cuda_ok(cudaMemcpy(&header, made.header, sizeof header, cudaMemcpyDeviceToHost), "header");
+  ASSERT_EQ(header.num_split_requests, int(expect.split_requests.size()));
+  EXPECT_EQ(header.num_wide_requests, expect.num_wide_requests);
+  std::vector<int32_t> split_requests(expect.split_requests.size());
+  if (!split_requests.empty()) {
+    cuda_ok(cudaMemcpy(split_requests.data(), made.split_requests_dev, split_requests.size() * sizeof(int32_t),
+                       cudaMemcpyDeviceToHost),
+            "split requests");
+  }
+  EXPECT_EQ(split_requests, expect.split_requests);
+}
+
 TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   KBMLA_REQUIRE_SM90();
   std::mt19937_64 rng(2026);
@@ -37,36 +69,39 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
     PlanOptions options;
     options.num_ctas = coin(rng) ? 132 : std::uniform_int_distribution<int>(2, 132)(rng);
     DevicePlan plan = DevicePlan::create_device_planned(config, batch, options);
-    DeviceArray<int32_t> dev_seqlens(seqlens);
-    plan.replan(dev_seqlens.ptr, nullptr);
-    HostPlan got = plan.download();
-    HostPlan want = make_host_plan(host_shape_of(plan), seqlens);
     SCOPED_TRACE(::testing::Message() << "config " << i << ": heads " << config.heads << " q_len " << config.q_len
                                       << " batch " << batch << " ctas " << options.num_ctas);
-    ASSERT_EQ(got.counts.status, kPlanOk);
-    EXPECT_EQ(got.work_list, want.work_list);
-    EXPECT_EQ(got.num_splits, want.num_splits);
-    EXPECT_EQ(got.first_slot, want.first_slot);
-    EXPECT_EQ(got.bounds, want.bounds);
-    EXPECT_EQ(got.zero_fill, want.zero_fill);
-    EXPECT_EQ(got.counts.num_slots, want.counts.num_slots);
-    EXPECT_EQ(got.counts.num_items, want.counts.num_items);
-    // The combine's split-request list (wide requests first) and the header's counts of it.
-    DevicePlan::Impl expect;
-    expect.host = want;
-    detail::record_split_requests(expect);
-    const DevicePlan::Impl& made = plan.impl();
-    DevicePlanHeader header{};
-    cuda_ok(cudaMemcpy(&header, made.header, sizeof header, cudaMemcpyDeviceToHost), "header");
-    ASSERT_EQ(header.num_split_requests, int(expect.split_requests.size()));
-    EXPECT_EQ(header.num_wide_requests, expect.num_wide_requests);
-    std::vector<int32_t> split_requests(expect.split_requests.size());
-    if (!split_requests.empty()) {
-      cuda_ok(cudaMemcpy(split_requests.data(), made.split_requests_dev, split_requests.size() * sizeof(int32_t),
-                         cudaMemcpyDeviceToHost),
-              "split requests");
+    expect_device_plan_matches_host(plan, seqlens);
+  }
+}
+
+// Large batches in every place of the walk's data (device_planner.cu, walk_place): arrays
+// and records in shared memory for small CTA budgets, records in the scratch, both in the
+// scratch; batch sizes with partial last chunks, q_len up to 16 (several q tiles, both plan
+// forms), and seqlens from empty to long.
+TEST(GpuPlanner, SameBytesOnLargeBatches) {
+  KBMLA_REQUIRE_SM90();
+  std::mt19937_64 rng(46);
+  std::uniform_int_distribution<int> batch_d(1400, 20000), heads_d(1, 128), q_d(1, 16), coin(0, 3);
+  for (int i = 0; i < 16; ++i) {
+    DecodeConfig config;
+    config.heads = heads_d(rng);
+    config.q_len = q_d(rng);
+    config.causal = coin(rng) != 0 || config.q_len == 1;
+    config.softmax_scale = 0.1f;
+    const int batch = batch_d(rng);
+    std::vector<int32_t> seqlens(batch);
+    for (auto& L : seqlens) {
+      const int kind = coin(rng);
+      L = kind == 0 ? 0 : kind == 1 ? std::uniform_int_distribution<int>(1, 300)(rng)
+                                    : std::uniform_int_distribution<int>(0, 1 << 17)(rng) >> coin(rng) * 3;
     }
-    EXPECT_EQ(split_requests, expect.split_requests);
+    PlanOptions options;
+    options.num_ctas = i % 4 == 3 ? std::uniform_int_distribution<int>(2, 32)(rng) : 132;
+    DevicePlan plan = DevicePlan::create_device_planned(config, batch, options);
+    SCOPED_TRACE(::testing::Message() << "config " << i << ": heads " << config.heads << " q_len " << config.q_len
+                                      << " batch " << batch << " ctas " << options.num_ctas);
+    expect_device_plan_matches_host(plan, seqlens);
   }
 }
 
