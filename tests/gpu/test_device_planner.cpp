@@ -43,10 +43,42 @@ void expect_device_plan_matches_host(const DevicePlan& plan, const std::vector<i
   EXPECT_EQ(split_requests, expect.split_requests);
 }
 
+// Random heads, q_len (up to max_q_len) and causality, in the tests' draw order.
+DecodeConfig random_config(std::mt19937_64& rng, int max_q_len) {
+  DecodeConfig config;
+  config.heads = std::uniform_int_distribution<int>(1, 128)(rng);
+  config.q_len = std::uniform_int_distribution<int>(1, max_q_len)(rng);
+  config.causal = std::uniform_int_distribution<int>(0, 3)(rng) != 0 || config.q_len == 1;
+  config.softmax_scale = 0.1f;
+  return config;
+}
+
+// A quarter empty, a quarter short (1..short_max), the rest up to 2^long_log shifted right
+// by 0..3 x shift_step bits.
+std::vector<int32_t> random_seqlens(std::mt19937_64& rng, int batch, int short_max, int long_log, int shift_step) {
+  std::uniform_int_distribution<int> coin(0, 3);
+  std::vector<int32_t> seqlens(batch);
+  for (auto& L : seqlens) {
+    const int kind = coin(rng);
+    L = kind == 0 ? 0 : kind == 1 ? std::uniform_int_distribution<int>(1, short_max)(rng)
+                                  : std::uniform_int_distribution<int>(0, 1 << long_log)(rng) >> coin(rng) * shift_step;
+  }
+  return seqlens;
+}
+
+void replan_and_compare(int i, const DecodeConfig& config, const std::vector<int32_t>& seqlens,
+                        const PlanOptions& options) {
+  const int batch = int(seqlens.size());
+  DevicePlan plan = DevicePlan::create_device_planned(config, batch, options);
+  SCOPED_TRACE(::testing::Message() << "config " << i << ": heads " << config.heads << " q_len " << config.q_len
+                                    << " batch " << batch << " ctas " << options.num_ctas);
+  expect_device_plan_matches_host(plan, seqlens);
+}
+
 TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   KBMLA_REQUIRE_SM90();
   std::mt19937_64 rng(2026);
-  std::uniform_int_distribution<int> heads_d(1, 128), q_d(1, 9), log_b(0, 8), coin(0, 3);
+  std::uniform_int_distribution<int> log_b(0, 8), coin(0, 3);
   // The last batches take the planner's other places (device_planner.cu, walk_place): 1700
   // and 2300 requests walk with their arrays in shared memory and their step records in the
   // plan's global scratch (they no longer fit beside the arrays), 2400 and above with both
@@ -54,24 +86,12 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   // above 8.)
   const int large_batches[] = {1700, 2300, 2400, 3072, 5000, 12289};
   for (int i = 0; i < 156; ++i) {
-    DecodeConfig config;
-    config.heads = heads_d(rng);
-    config.q_len = q_d(rng);
-    config.causal = coin(rng) != 0 || config.q_len == 1;
-    config.softmax_scale = 0.1f;
+    const DecodeConfig config = random_config(rng, 9);
     const int batch = i < 150 ? std::uniform_int_distribution<int>(1, 1 << log_b(rng))(rng) : large_batches[i - 150];
-    std::vector<int32_t> seqlens(batch);
-    for (auto& L : seqlens) {
-      const int kind = coin(rng);
-      L = kind == 0 ? 0 : kind == 1 ? std::uniform_int_distribution<int>(1, 200)(rng)
-                                    : std::uniform_int_distribution<int>(0, 1 << 20)(rng) >> coin(rng) * 4;
-    }
+    const std::vector<int32_t> seqlens = random_seqlens(rng, batch, 200, 20, 4);
     PlanOptions options;
     options.num_ctas = coin(rng) ? 132 : std::uniform_int_distribution<int>(2, 132)(rng);
-    DevicePlan plan = DevicePlan::create_device_planned(config, batch, options);
-    SCOPED_TRACE(::testing::Message() << "config " << i << ": heads " << config.heads << " q_len " << config.q_len
-                                      << " batch " << batch << " ctas " << options.num_ctas);
-    expect_device_plan_matches_host(plan, seqlens);
+    replan_and_compare(i, config, seqlens, options);
   }
 }
 
@@ -82,26 +102,13 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
 TEST(GpuPlanner, SameBytesOnLargeBatches) {
   KBMLA_REQUIRE_SM90();
   std::mt19937_64 rng(46);
-  std::uniform_int_distribution<int> batch_d(1400, 20000), heads_d(1, 128), q_d(1, 16), coin(0, 3);
+  std::uniform_int_distribution<int> batch_d(1400, 20000);
   for (int i = 0; i < 16; ++i) {
-    DecodeConfig config;
-    config.heads = heads_d(rng);
-    config.q_len = q_d(rng);
-    config.causal = coin(rng) != 0 || config.q_len == 1;
-    config.softmax_scale = 0.1f;
-    const int batch = batch_d(rng);
-    std::vector<int32_t> seqlens(batch);
-    for (auto& L : seqlens) {
-      const int kind = coin(rng);
-      L = kind == 0 ? 0 : kind == 1 ? std::uniform_int_distribution<int>(1, 300)(rng)
-                                    : std::uniform_int_distribution<int>(0, 1 << 17)(rng) >> coin(rng) * 3;
-    }
+    const DecodeConfig config = random_config(rng, 16);
+    const std::vector<int32_t> seqlens = random_seqlens(rng, batch_d(rng), 300, 17, 3);
     PlanOptions options;
     options.num_ctas = i % 4 == 3 ? std::uniform_int_distribution<int>(2, 32)(rng) : 132;
-    DevicePlan plan = DevicePlan::create_device_planned(config, batch, options);
-    SCOPED_TRACE(::testing::Message() << "config " << i << ": heads " << config.heads << " q_len " << config.q_len
-                                      << " batch " << batch << " ctas " << options.num_ctas);
-    expect_device_plan_matches_host(plan, seqlens);
+    replan_and_compare(i, config, seqlens, options);
   }
 }
 
