@@ -196,7 +196,7 @@ struct WarpSearch {
 //    step's record is one 32-byte store, and the kept copy is read back once, after the
 //    round's barrier (which makes the block's global writes visible to it);
 //  - above, both in the scratch: the same walk, its loads from L1 / L2 instead of shared
-//    memory (lognormal B3000 0.24 ms, B16384 0.39 ms, where fill() in every probe, O(batch)
+//    memory (lognormal B3000 0.23 ms, B16384 0.31 ms, where fill() in every probe, O(batch)
 //    steps each, took 1.6 and 24 ms).
 // Small batches are written by the walk itself, which takes a long request's slots 32 at
 // a time (B1 L131072: 3.9 us, against 13 from the records and 11 by fill()); above, the
