@@ -112,14 +112,44 @@ TEST(GpuPlanner, SameBytesOnLargeBatches) {
   }
 }
 
+// A negative seqlen fails the plan (its index in the header), in shared memory and in the
+// scratch; a decode with the failed plan writes nothing and reports kErrPlanFailed.
 TEST(GpuPlanner, NegativeSeqlenFailsThePlanAndRaisesTheErrorWord) {
   KBMLA_REQUIRE_SM90();
   DecodeConfig config;
   config.softmax_scale = 0.1f;
-  DevicePlan plan = DevicePlan::create_device_planned(config, 2);
-  DeviceArray<int32_t> seqlens(std::vector<int32_t>{100, -5});
-  plan.replan(seqlens.ptr, nullptr);
-  EXPECT_EQ(plan.device_plan_status(), kPlanNegativeSeqlen);
+  for (int batch : {2, 5000}) {
+    std::vector<int32_t> lens(size_t(batch), 100);
+    const int bad = batch - 1 - batch / 3;
+    lens[size_t(bad)] = -5;
+    DevicePlan plan = DevicePlan::create_device_planned(config, batch);
+    DeviceArray<int32_t> seqlens(lens);
+    plan.replan(seqlens.ptr, nullptr);
+    SCOPED_TRACE(::testing::Message() << "batch " << batch);
+    EXPECT_EQ(plan.device_plan_status(), kPlanNegativeSeqlen);
+    DevicePlanHeader header{};
+    cuda_ok(cudaMemcpy(&header, plan.impl().header, sizeof header, cudaMemcpyDeviceToHost), "header");
+    EXPECT_EQ(header.bad_index, bad);
+  }
+  ref::Problem shape;
+  shape.batch = 3;
+  shape.q_len = 1;
+  shape.heads = 16;
+  shape.scale = 0.1;
+  auto data = ref::make_random_problem<ref::Bf16>(shape, {300, 300, 300}, 5);
+  config.heads = shape.heads;
+  config.q_len = shape.q_len;
+  DevicePlan plan = DevicePlan::create_device_planned(config, shape.batch);
+  DeviceProblem dev(data, plan);
+  const std::vector<int32_t> lens = {300, -1, 300};
+  cuda_ok(cudaMemcpy(dev.seqlens.ptr, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "seqlens");
+  cuda_ok(cudaMemset(dev.out.ptr, 0xff, dev.out.count * 2), "poison");  // NaN
+  plan.replan(dev.seqlens.ptr, nullptr);
+  KvCache kv(dev.cache.ptr, data.problem.num_pages, 64);
+  decode(plan, kv, dev.args(data.problem.max_pages));
+  EXPECT_NE(read_device_errors(dev.ws.ptr, nullptr) & kErrPlanFailed, 0u);
+  const std::vector<ref::Bf16> out = dev.out.download();
+  for (const ref::Bf16& v : out) ASSERT_TRUE(std::isnan(ref::bf16_to_float(v))) << "the decode wrote an output";
 }
 
 TEST(GpuPlanner, GraphCapturedStepReplaysWithNewSeqlens) {
