@@ -215,6 +215,7 @@ __host__ __device__ constexpr size_t walk_records_bytes(int num_clusters) {
 __host__ __device__ constexpr bool records_kept(int batch) { return batch > kWalkWriteBatch; }
 // Dynamic shared memory of a walk in the scratch: each warp's staging buffer (32 terms).
 constexpr size_t kStagingBufferBytes = size_t(kPlannerWarps) * 32 * sizeof(RequestTerms);
+static_assert(kStagingBufferBytes <= kMaxPlannerSmem, "the staging buffers fit the planner's shared memory");
 enum class WalkPlace : int {
   kShared,         // arrays and records (if any) in shared memory
   kGlobalRecords,  // arrays in shared memory, records in the scratch
