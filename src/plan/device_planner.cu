@@ -196,7 +196,7 @@ struct WarpSearch {
 //    step's record is one 32-byte store, and the kept copy is read back once, after the
 //    round's barrier (which makes the block's global writes visible to it);
 //  - above, both in the scratch: the same walk, its loads from L1 / L2 instead of shared
-//    memory (lognormal B3000 0.23 ms, B16384 0.31 ms, where fill() in every probe, O(batch)
+//    memory (lognormal B3000 0.21 ms, B16384 0.30 ms, where fill() in every probe, O(batch)
 //    steps each, took 1.6 and 24 ms).
 // Small batches are written by the walk itself, which takes a long request's slots 32 at
 // a time (B1 L131072: 3.9 us, against 13 from the records and 11 by fill()); above, the
@@ -295,9 +295,22 @@ __device__ void stage_terms_coalesced(const RequestTerms& t, int lane, int n, ui
   __syncwarp();
 }
 
+// A request's own parts, staged in the prefix arrays' slots (the scan overwrites them with
+// the prefix sums).
+__device__ void store_parts(const WalkArrays& a, int b, const PrefixParts& x) {
+  a.whole[b] = x.whole;
+  a.tile_cost[b] = x.tile_cost;
+  a.tiles[b] = x.tiles;
+  a.work[b] = x.work;
+  a.zero[b] = x.zero;
+}
+
 // Exclusive prefix sums of the staged terms into the walk's arrays, after the staging's
 // barrier: warp_sums holds each warp's total over its chunks; each warp scans its chunks by
-// shuffles, carrying the sum of the warps before it.
+// shuffles, carrying the sum of the warps before it. kPartsStaged: each request's parts are
+// in the arrays' slots already (store_parts; coalesced loads of 28 bytes a request instead
+// of its 64-byte terms, lanes 64 bytes apart: the scan of B16384 in the scratch took 37 us).
+template <bool kPartsStaged>
 __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, const PrefixParts* warp_sums,
                               const WarpChunks& chunks) {
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32);
@@ -305,7 +318,18 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, con
   for (int w = 0; w < warp; ++w) carry.add(warp_sums[w]);
   for (int c = chunks.c0; c < chunks.c1; ++c) {
     const int b = c * 32 + lane;
-    const PrefixParts mine = b < batch ? PrefixParts::of(a.terms[b], num_tiles) : PrefixParts{};
+    PrefixParts mine{};
+    if (b < batch) {
+      if constexpr (kPartsStaged) {
+        mine.whole = a.whole[b];
+        mine.tile_cost = a.tile_cost[b];
+        mine.tiles = a.tiles[b];
+        mine.work = a.work[b];
+        mine.zero = a.zero[b];
+      } else {
+        mine = PrefixParts::of(a.terms[b], num_tiles);
+      }
+    }
     PrefixParts incl = mine;
     for (int d = 1; d < 32; d *= 2) {
       const PrefixParts up = shuffled(incl, [d](auto v) { return __shfl_up_sync(0xffffffffu, v, d); });
@@ -315,22 +339,14 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, con
       PrefixParts at = carry;
       at.add(incl);
       at.sub(mine);
-      a.whole[b] = at.whole;
-      a.tile_cost[b] = at.tile_cost;
-      a.tiles[b] = at.tiles;
-      a.work[b] = at.work;
-      a.zero[b] = at.zero;
+      store_parts(a, b, at);
     }
     carry.add(shuffled(incl, [](auto v) { return __shfl_sync(0xffffffffu, v, 31); }));
   }
   if (threadIdx.x == 0) {
     PrefixParts total;
     for (int w = 0; w < kPlannerWarps; ++w) total.add(warp_sums[w]);
-    a.whole[batch] = total.whole;
-    a.tile_cost[batch] = total.tile_cost;
-    a.tiles[batch] = total.tiles;
-    a.work[batch] = total.work;
-    a.zero[batch] = total.zero;
+    store_parts(a, batch, total);
   }
   __syncthreads();
 }
@@ -515,7 +531,9 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
       stage_terms_coalesced(t, lane, n, reinterpret_cast<uint4*>(staged_bytes) + (threadIdx.x / 32) * 128,
                             reinterpret_cast<uint4*>(a.terms + c * 32));
       if (b >= B) break;
-      warp_total.add(PrefixParts::of(t, T));
+      const PrefixParts parts = PrefixParts::of(t, T);
+      store_parts(a, b, parts);
+      warp_total.add(parts);
       const bool work = plan_detail::has_work(t.r);
       partly_visible |= work && t.r.first_tile > 0;
       if (work && t.tile_cost > max_tile_cost) max_tile_cost = t.tile_cost;
@@ -553,7 +571,7 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
     finish_plan(shape, failed, failed.status, nullptr, out);
     return;
   }
-  scan_prefixes(a, B, T, warp_sums, chunks);
+  scan_prefixes<kPlace == WalkPlace::kScratch>(a, B, T, warp_sums, chunks);
   if (threadIdx.x == 0) KBMLA_PLANNER_STAMP();
   const plan_detail::BatchPrefix pre{a.whole, a.tile_cost, a.tiles, a.work};
   const plan_detail::StagedRequests reqs{nullptr, a.terms};
