@@ -519,8 +519,8 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
       // In global memory a lane's own 64-byte store spans 16 cache lines a warp instruction
       // (most of this loop's time: B16384 staged in 116 us); through the warp's 2 KiB of
       // the otherwise unused dynamic shared memory each lane stores 16 consecutive bytes.
-      // Every lane takes part in the copy, also those past the batch in its last chunk
-      // (their quarters carry other requests').
+      // Every lane takes part in the copy (it stores pieces of other lanes' terms), also
+      // those past the batch in the warp's last chunk.
       const int n = min(32, B - c * 32);
       RequestTerms t{};
       if (b < B) {
