@@ -79,7 +79,7 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   KBMLA_REQUIRE_SM90();
   std::mt19937_64 rng(2026);
   std::uniform_int_distribution<int> log_b(0, 8), coin(0, 3);
-  // The last batches take the planner's other places (device_planner.cu, walk_place): 1700
+  // The last batches take the planner's other places (device_walk_data.cuh, walk_place): 1700
   // and 2300 requests walk with their arrays in shared memory and their step records in the
   // plan's global scratch (they no longer fit beside the arrays), 2400 and above with both
   // in the scratch. (Batches up to 256 before them: everything in shared memory, records
@@ -95,7 +95,7 @@ TEST(GpuPlanner, SameBytesAsTheHostPlanner) {
   }
 }
 
-// Large batches in every place of the walk's data (device_planner.cu, walk_place): arrays
+// Large batches in every place of the walk's data (device_walk_data.cuh, walk_place): arrays
 // and records in shared memory for small CTA budgets, records in the scratch, both in the
 // scratch; batch sizes with partial last chunks, q_len up to 16 (several q tiles, both plan
 // forms), and seqlens from empty to long.
