@@ -255,8 +255,8 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
 // fill). On any failure the plan is left empty but well-formed: every slot's column starts
 // with a negative entry. 17 warps: with 32 the fill had 64 registers and spilled once the
 // whole-request form was added; 544 threads get 96, and ptxas spills some of the search's
-// values (104 bytes in plan_by_walk<false>, 274 in plan_by_walk<true> at 1af96b7; their
-// cost not measured alone).
+// values (76 / 96 / 152 bytes in plan_by_walk<kShared / kGlobalRecords / kScratch> at
+// 9dca618; their cost not measured alone).
 __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                         const int32_t* seqlens_global,
                                                         const __grid_constant__ DevicePlanBuffers out) {
@@ -284,16 +284,7 @@ __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(cons
 }  // namespace
 
 size_t device_planner_scratch_bytes(const PlanShape& shape) {
-  const int G = shape.num_ctas / shape.cluster_size;
-  switch (walk_place(shape.batch, G)) {
-    case WalkPlace::kShared:
-      return 0;
-    case WalkPlace::kGlobalRecords:
-      return walk_records_bytes(G);
-    case WalkPlace::kScratch:
-      break;
-  }
-  return walk_records_offset(shape.batch) + walk_records_bytes(G);
+  return walk_bytes(shape.batch, shape.num_ctas / shape.cluster_size).scratch;
 }
 
 void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const DevicePlanBuffers& out,
@@ -304,16 +295,10 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
       device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxPlannerSmem));
   require(attr_err == cudaSuccess, "device planner: cannot reserve ", kMaxPlannerSmem, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
-  const size_t scratch_bytes = device_planner_scratch_bytes(shape);
-  require(scratch_bytes == 0 || out.scratch != nullptr, "device planner: a batch of ", shape.batch,
-          " needs its scratch (device_planner_scratch_bytes: ", scratch_bytes, " bytes); out.scratch is null");
-  const int G = shape.num_ctas / shape.cluster_size;
-  const WalkPlace place = walk_place(shape.batch, G);
-  const size_t smem = place == WalkPlace::kScratch         ? kStagingBufferBytes
-                      : place == WalkPlace::kGlobalRecords ? walk_records_offset(shape.batch)
-                                                           : walk_records_offset(shape.batch) +
-                                                                 (records_kept(shape.batch) ? walk_records_bytes(G) : 0);
-  device_planner_kernel<<<1, kPlannerThreads, smem, stream>>>(shape, seqlens, out);
+  const WalkBytes bytes = walk_bytes(shape.batch, shape.num_ctas / shape.cluster_size);
+  require(bytes.scratch == 0 || out.scratch != nullptr, "device planner: a batch of ", shape.batch,
+          " needs its scratch (device_planner_scratch_bytes: ", bytes.scratch, " bytes); out.scratch is null");
+  device_planner_kernel<<<1, kPlannerThreads, bytes.smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));
 }

@@ -51,6 +51,23 @@ __host__ __device__ constexpr WalkPlace walk_place(int batch, int num_clusters) 
   if (arrays + (records_kept(batch) ? walk_records_bytes(num_clusters) : 0) <= kMaxPlannerSmem) return WalkPlace::kShared;
   return arrays <= kMaxPlannerSmem ? WalkPlace::kGlobalRecords : WalkPlace::kScratch;
 }
+// A walk's bytes in each place, by walk_place: the launch's dynamic shared memory and the
+// plan's global scratch (device_planner_scratch_bytes).
+struct WalkBytes {
+  size_t smem, scratch;
+};
+__host__ __device__ constexpr WalkBytes walk_bytes(int batch, int num_clusters) {
+  const size_t arrays = walk_records_offset(batch), records = walk_records_bytes(num_clusters);
+  switch (walk_place(batch, num_clusters)) {
+    case WalkPlace::kShared:
+      return {arrays + (records_kept(batch) ? records : 0), 0};
+    case WalkPlace::kGlobalRecords:
+      return {arrays, records};
+    case WalkPlace::kScratch:
+      break;
+  }
+  return {kStagingBufferBytes, arrays + records};
+}
 
 // The walk's arrays (prefix sums: batch + 1 entries), in shared memory or the scratch.
 struct WalkArrays {

@@ -179,7 +179,8 @@ DevicePlan DevicePlan::create_device_planned(const DecodeConfig& config, int bat
   const size_t B = size_t(batch);
   const size_t lists = 8 + size_t(cap.work_list) + 3 * B + size_t(cap.bounds) + size_t(cap.zero_fill) +
                        size_t(cap.split_requests) + 1;
-  // Then, 16-byte aligned, the device planner's scratch (its step records for large batches).
+  // Then, 16-byte aligned, the device planner's scratch (a large batch's walk arrays and
+  // step records: device_planner_scratch_bytes).
   const size_t scratch_at = (lists + 3) / 4 * 4;
   const size_t scratch_bytes = device_planner_scratch_bytes(shape);
   const size_t total = scratch_at + (scratch_bytes + 3) / 4;
