@@ -62,15 +62,8 @@ void launch_clustered(void (*kernel)(QMaps, KvMaps, DecodeParams), uint32_t smem
   require(grid.x % unsigned(p.cluster_size) == 0, who, ": grid.x (", grid.x,
           ") is not a multiple of the cluster size (", p.cluster_size, ")");
   cudaLaunchAttribute attrs[2];
-  cudaLaunchConfig_t config = cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic, threads);
-  if (p.cluster_size == 1) {
-    // No cluster attribute for one CTA: a (1, 1, 1) cluster launch took 0.2-0.4 us longer
-    // than a plain one (event-timed empty kernels, with or without the programmatic
-    // attribute; bench/NOTES.md v47), and nothing in a one-CTA tile needs it (its
-    // %cluster_ctarank is 0 either way).
-    config.attrs = attrs + 1;
-    config.numAttrs -= 1;
-  }
+  const cudaLaunchConfig_t config =
+      cluster_config(grid, p.cluster_size, smem_bytes, stream, attrs, programmatic, threads);
   const cudaError_t launch_err = cudaLaunchKernelEx(&config, kernel, q_maps, kv_maps, p);
   require(launch_err == cudaSuccess, who, ": kernel launch failed: ", cudaGetErrorString(launch_err));
   const cudaError_t err = cudaGetLastError();
