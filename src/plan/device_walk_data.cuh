@@ -198,6 +198,19 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, con
 // thread takes a run of consecutive requests and the block scans their counts (one warp's
 // ballots over the batch took 15 us at B2048); thread 0 writes the header. `status` is the
 // same in every thread, and every thread calls this.
+// A failed plan: empty (every slot's column starts with a negative entry, no request has
+// splits) and its header, by every thread (the callers reach it block-uniformly; the
+// batch's num_splits was thread 0's loop before, O(batch)). Not inlined: inlined at
+// finish_plan's sites it added 16-42 bytes of spills to plan_by_walk (v47).
+__device__ __noinline__ void write_failed_plan(const PlanShape& shape, const DevicePlanHeader& h,
+                                               const DevicePlanBuffers& out) {
+  const PlanBuffers& buffers = out.plan;
+  const int G = shape.num_ctas / shape.cluster_size;
+  for (int g = threadIdx.x; g < G && g < buffers.work_list_capacity; g += blockDim.x) buffers.work_list[g] = kNoWork;
+  for (int b = threadIdx.x; b < shape.batch; b += blockDim.x) buffers.num_splits[b] = 0;
+  if (threadIdx.x == 0) *out.header = h;
+}
+
 __device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, int status, const int32_t* splits,
                             const DevicePlanBuffers& out) {
   __shared__ int warp_takes[kPlannerWarps][2];  // per warp: [0] narrow, [1] wide split requests
@@ -206,11 +219,7 @@ __device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, in
   h.status = status;
   h.bad_index = counts.bad_index;
   if (status != kPlanOk) {
-    if (threadIdx.x != 0) return;
-    const int G = shape.num_ctas / shape.cluster_size;
-    for (int g = 0; g < G && g < buffers.work_list_capacity; ++g) buffers.work_list[g] = kNoWork;
-    for (int b = 0; b < shape.batch; ++b) buffers.num_splits[b] = 0;
-    *out.header = h;
+    write_failed_plan(shape, h, out);
     return;
   }
   const int B = shape.batch;

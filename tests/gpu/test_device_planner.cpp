@@ -1,6 +1,7 @@
 // GPU planner: the same bytes as the host planner (fixed-grid form) over random
 // configurations, and replan + decode captured in a CUDA graph, replayed 100 times with
 // new seqlens, each replay checked against the float64 reference.
+#include <algorithm>
 #include <random>
 
 #include "src/runtime/plan_impl.hpp"
@@ -119,17 +120,36 @@ TEST(GpuPlanner, NegativeSeqlenFailsThePlanAndRaisesTheErrorWord) {
   DecodeConfig config;
   config.softmax_scale = 0.1f;
   for (int batch : {2, 5000}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << batch);
+    // First a good plan whose first request is split (a non-zero split table), then the
+    // failed one: it must leave no request with splits and every slot's column empty.
     std::vector<int32_t> lens(size_t(batch), 100);
-    const int bad = batch - 1 - batch / 3;
-    lens[size_t(bad)] = -5;
+    lens[0] = 400000;
     DevicePlan plan = DevicePlan::create_device_planned(config, batch);
     DeviceArray<int32_t> seqlens(lens);
     plan.replan(seqlens.ptr, nullptr);
-    SCOPED_TRACE(::testing::Message() << "batch " << batch);
+    ASSERT_EQ(plan.device_plan_status(), kPlanOk);
+    const DevicePlan::Impl& P = plan.impl();
+    int32_t splits0 = 0;
+    cuda_ok(cudaMemcpy(&splits0, P.splits.num_splits, sizeof splits0, cudaMemcpyDeviceToHost), "num_splits");
+    ASSERT_GT(splits0, 1);
+    const int bad = batch - 1 - batch / 3;
+    lens[size_t(bad)] = -5;
+    cuda_ok(cudaMemcpy(seqlens.ptr, lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice), "seqlens");
+    plan.replan(seqlens.ptr, nullptr);
     EXPECT_EQ(plan.device_plan_status(), kPlanNegativeSeqlen);
     DevicePlanHeader header{};
-    cuda_ok(cudaMemcpy(&header, plan.impl().header, sizeof header, cudaMemcpyDeviceToHost), "header");
+    cuda_ok(cudaMemcpy(&header, P.header, sizeof header, cudaMemcpyDeviceToHost), "header");
     EXPECT_EQ(header.bad_index, bad);
+    std::vector<int32_t> splits(size_t(batch), -1);
+    cuda_ok(cudaMemcpy(splits.data(), P.splits.num_splits, splits.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+            "num_splits");
+    EXPECT_EQ(std::count(splits.begin(), splits.end(), 0), std::ptrdiff_t(batch));
+    const int G = P.host.counts.num_clusters;
+    std::vector<int32_t> first_row(size_t(G), 0);
+    cuda_ok(cudaMemcpy(first_row.data(), P.work_list, first_row.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+            "work list");
+    for (int g = 0; g < G; ++g) EXPECT_LT(first_row[size_t(g)], 0) << "slot " << g;
   }
   ref::Problem shape;
   shape.batch = 3;
