@@ -193,11 +193,6 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, con
   __syncthreads();
 }
 
-// The header and the split-request list (wide requests first, each group in request
-// order), from num_splits (`splits`, written before the caller's last barrier). Every
-// thread takes a run of consecutive requests and the block scans their counts (one warp's
-// ballots over the batch took 15 us at B2048); thread 0 writes the header. `status` is the
-// same in every thread, and every thread calls this.
 // A failed plan: empty (every slot's column starts with a negative entry, no request has
 // splits) and its header, by every thread (the callers reach it block-uniformly; the
 // batch's num_splits was thread 0's loop before, O(batch)). Not inlined: inlined at
@@ -211,6 +206,11 @@ __device__ __noinline__ void write_failed_plan(const PlanShape& shape, const Dev
   if (threadIdx.x == 0) *out.header = h;
 }
 
+// The header and the split-request list (wide requests first, each group in request
+// order), from num_splits (`splits`, written before the caller's last barrier). Every
+// thread takes a run of consecutive requests and the block scans their counts (one warp's
+// ballots over the batch took 15 us at B2048); thread 0 writes the header. `status` is the
+// same in every thread, and every thread calls this.
 __device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, int status, const int32_t* splits,
                             const DevicePlanBuffers& out) {
   __shared__ int warp_takes[kPlannerWarps][2];  // per warp: [0] narrow, [1] wide split requests
