@@ -255,8 +255,8 @@ __device__ __noinline__ void plan_by_walk(const PlanShape& shape, const int32_t*
 // fill). On any failure the plan is left empty but well-formed: every slot's column starts
 // with a negative entry. 17 warps: with 32 the fill had 64 registers and spilled once the
 // whole-request form was added; 544 threads get 96, and ptxas spills some of the search's
-// values (76 / 96 / 152 bytes in plan_by_walk<kShared / kGlobalRecords / kScratch> at
-// 9dca618; their cost not measured alone).
+// values (68 / 88 / 156 bytes in plan_by_walk<kShared / kGlobalRecords / kScratch> at
+// 7af5c32; their cost not measured alone).
 __global__ void __launch_bounds__(kPlannerThreads, 1) device_planner_kernel(const __grid_constant__ PlanShape shape,
                                                         const int32_t* seqlens_global,
                                                         const __grid_constant__ DevicePlanBuffers out) {

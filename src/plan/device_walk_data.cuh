@@ -138,13 +138,22 @@ __device__ void stage_terms_coalesced(const RequestTerms& t, int lane, int n, ui
 }
 
 // A request's own parts, staged in the prefix arrays' slots (the scan overwrites them with
-// the prefix sums).
+// the prefix sums), and read back.
 __device__ void store_parts(const WalkArrays& a, int b, const PrefixParts& x) {
   a.whole[b] = x.whole;
   a.tile_cost[b] = x.tile_cost;
   a.tiles[b] = x.tiles;
   a.work[b] = x.work;
   a.zero[b] = x.zero;
+}
+__device__ PrefixParts load_parts(const WalkArrays& a, int b) {
+  PrefixParts x;
+  x.whole = a.whole[b];
+  x.tile_cost = a.tile_cost[b];
+  x.tiles = a.tiles[b];
+  x.work = a.work[b];
+  x.zero = a.zero[b];
+  return x;
 }
 
 // Exclusive prefix sums of the staged terms into the walk's arrays, after the staging's
@@ -162,15 +171,7 @@ __device__ void scan_prefixes(const WalkArrays& a, int batch, int num_tiles, con
     const int b = c * 32 + lane;
     PrefixParts mine{};
     if (b < batch) {
-      if constexpr (kPartsStaged) {
-        mine.whole = a.whole[b];
-        mine.tile_cost = a.tile_cost[b];
-        mine.tiles = a.tiles[b];
-        mine.work = a.work[b];
-        mine.zero = a.zero[b];
-      } else {
-        mine = PrefixParts::of(a.terms[b], num_tiles);
-      }
+      mine = kPartsStaged ? load_parts(a, b) : PrefixParts::of(a.terms[b], num_tiles);
     }
     PrefixParts incl = mine;
     for (int d = 1; d < 32; d *= 2) {
