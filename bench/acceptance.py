@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Where a run of the three suites stands against the acceptance bars of issues 4 and 5.
 
-Usage: python3 bench/acceptance.py BF16.json[.gz] FP8.json[.gz] FP8BLOCK.json[.gz] [--cases bench/cases.json]
+Usage: python3 bench/acceptance.py BF16.json[.gz] FP8.json[.gz] FP8BLOCK.json[.gz] [more runs' three files ...]
+       [--cases bench/cases.json]
 
 The files are `kbmla bench --case all --kv-dtype {bf16,fp8_e4m3,fp8_e4m3_block} --policies worklist
---balance --graph --json FILE` results of one run (each has its own copy ceiling). Every bar is
+--balance --graph --json FILE` results, three per run, in that order (each has its own copy
+ceiling; a ratio to bf16 pairs the suites of one run). With several runs every bar is judged
+on the median of the runs' figures and on the best run, the two figures the reference kernel's
+own entries give (bench_cases.json: "the best run as the bar, the median beside it"); the
+reference - 1 bars then also compare the median with the reference's median - 1. Every bar is
 checked on the eager median (event-timed, as the reference kernel was) and, where the file
 has it, on the graph-replay median beside it; a line reads PASS only when the eager figure
 holds. Public cases: those of the cases file with a reference_kernel_pct_of_copy. Issue 5's
@@ -124,22 +129,73 @@ def evaluate(bf16_run, fp8_run, block_run, public):
     return rep
 
 
+def median(values):
+    v = sorted(values)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def summarize(reports, public):
+    """Several runs' reports of the same bars: per bar the median and the best run, each judged.
+
+    Best means the run most in the bar's favour (largest for >=, smallest for <=); a bar a run
+    could not measure counts as failed there and is left out of the median and best."""
+    out = []
+    held_median = held_best = 0
+    for i, first in enumerate(reports[0].lines):
+        issue, item, _, _, bar, sense, _ = first
+        values = [rep.lines[i][2] for rep in reports if rep.lines[i][2] is not None]
+        graphs = [rep.lines[i][3] for rep in reports if rep.lines[i][3] is not None]
+        if len(values) < len(reports):
+            out.append(f"FAIL  FAIL  issue {issue}  {item:62s} missing in {len(reports) - len(values)} run(s)")
+            continue
+        med = median(values)
+        best = max(values) if sense == ">=" else min(values)
+        ok = (lambda x: x >= bar) if sense == ">=" else (lambda x: x <= bar)
+        held_median += ok(med)
+        held_best += ok(best)
+        g = f" (graph median {median(graphs):8.3f})" if graphs else ""
+        ref = ""
+        if item.endswith(">= reference - 1"):
+            ref_median = public[item.split()[0]].get("reference_kernel_pct_of_copy_median")
+            if ref_median is not None:
+                ref = f"; reference median - 1 = {ref_median - 1:g}: {'holds' if med >= ref_median - 1 else 'fails'}"
+        runs = " ".join(f"{v:.3f}" for v in values)
+        out.append(f"{'PASS' if ok(med) else 'FAIL'}  {'PASS' if ok(best) else 'FAIL'}  issue {issue}  {item:62s} "
+                   f"median {med:8.3f} best {best:8.3f}{g}  bar {sense} {bar:g}{ref}  [runs {runs}]")
+    n = len(reports[0].lines)
+    out.insert(0, "median best")
+    out.append(f"{held_median} of {n} bars hold on the median of {len(reports)} runs, {held_best} on the best run "
+               "(eager figures)")
+    return "\n".join(out)
+
+
+DTYPES = ("bf16", "fp8_e4m3", "fp8_e4m3_block")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("bf16")
-    ap.add_argument("fp8")
-    ap.add_argument("fp8_block")
+    ap.add_argument("files", nargs="+", help="per run: its bf16, fp8_e4m3 and fp8_e4m3_block suites, in that order")
     ap.add_argument("--cases", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json"))
     a = ap.parse_args(argv)
-    runs = [load(p) for p in (a.bf16, a.fp8, a.fp8_block)]
-    for run, want in zip(runs, ("bf16", "fp8_e4m3", "fp8_e4m3_block")):
+    if len(a.files) % 3 != 0:
+        sys.exit(f"acceptance: {len(a.files)} files given; each run needs three (bf16, fp8_e4m3, fp8_e4m3_block)")
+    runs = [load(p) for p in a.files]
+    for i, (run, path) in enumerate(zip(runs, a.files)):
+        want = DTYPES[i % 3]
         got = {r.get("kv_dtype") for r in run["results"]}
         if got != {want}:
-            sys.exit(f"acceptance: expected a {want} suite, the file has kv_dtype {sorted(map(str, got))}")
-    stamps = ", ".join(f"{r.get('commit')} {r.get('date')}" for r in runs)
-    copies = ", ".join("%.0f" % r["copy_gbps"] for r in runs)
-    print(f"runs: {stamps}; copy {copies} GB/s")
-    print(evaluate(*runs, public_cases(a.cases)).text())
+            sys.exit(f"acceptance: expected a {want} suite as file {i + 1} ({path}), "
+                     f"the file has kv_dtype {sorted(map(str, got))}")
+    public = public_cases(a.cases)
+    reports = []
+    for k in range(0, len(runs), 3):
+        trio = runs[k:k + 3]
+        stamps = ", ".join(f"{r.get('commit')} {r.get('date')}" for r in trio)
+        copies = ", ".join("%.0f" % r["copy_gbps"] for r in trio)
+        print(f"run {k // 3 + 1}: {stamps}; copy {copies} GB/s")
+        reports.append(evaluate(*trio, public))
+    print(reports[0].text() if len(reports) == 1 else summarize(reports, public))
 
 
 if __name__ == "__main__":

@@ -47,4 +47,29 @@ def test_rejects_suites_given_in_the_wrong_order():
     out = subprocess.run([sys.executable, os.path.join(BENCH, "acceptance.py"), RESULTS[1], RESULTS[0], RESULTS[2]],
                          capture_output=True, text=True)
     assert out.returncode != 0
-    assert "expected a bf16 suite, the file has kv_dtype ['fp8_e4m3']" in out.stderr
+    assert "expected a bf16 suite as file 1" in out.stderr and "the file has kv_dtype ['fp8_e4m3']" in out.stderr
+
+
+def test_several_runs_give_each_bar_its_median_and_best_run():
+    two = [acceptance.load(p) for p in RESULTS + RESULTS]
+    public = acceptance.public_cases(os.path.join(BENCH, "cases.json"))
+    reports = [acceptance.evaluate(*two[k:k + 3], public) for k in (0, 3)]
+    # Make the second run differ: B1 faster in it, so its best run holds and the median does not.
+    b1 = [i for i, e in enumerate(reports[1].lines) if e[1] == "uniform_B1_Sq1_H16_L131072 % of copy"][0]
+    entry = list(reports[1].lines[b1])
+    entry[2] = 66.0
+    reports[1].lines[b1] = tuple(entry)
+    text = acceptance.summarize(reports, public).splitlines()
+    row = [t for t in text if "uniform_B1_Sq1_H16_L131072 % of copy" in t][0]
+    assert row.startswith("FAIL  PASS") and "median   64.987 best   66.000" in row, row
+    ref = [t for t in text if "uniform_B64_Sq1_H128_L8192 >= reference - 1" in t][0]
+    assert "reference median - 1 = 54.9: fails" in ref, ref
+    ratio = [t for t in text if "fp8 per-tensor uniform_B1_Sq1_H16_L131072 time / bf16" in t][0]
+    assert "best    0.643" in ratio, ratio  # a time ratio: the smaller run is the best
+    assert text[-1] == "33 of 55 bars hold on the median of 2 runs, 34 on the best run (eager figures)"
+
+
+def test_several_runs_need_whole_trios():
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "acceptance.py")] + RESULTS + RESULTS[:2],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "5 files given; each run needs three" in out.stderr
