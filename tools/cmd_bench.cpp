@@ -92,7 +92,19 @@ struct Measurement {
   ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
   tools::ClockSummary clock, graph_clock;        // SM clock during the timed runs (clock_probe.hpp)
   std::optional<DecodePath> path;                // the full-mode call's kernels and operand types
+  // Early merges' waits that gave up and waited for the whole decode, over every call of
+  // the measurement (work_format.hpp, CombineSync; 0 when they all found their flags).
+  uint32_t combine_fallbacks = 0;
 };
+
+// The early merges' fallback count of a workspace (work_format.hpp, CombineSync).
+uint32_t combine_fallbacks(const void* ws) {
+  CombineSync sync{};
+  cuda_check(cudaMemcpy(&sync, static_cast<const uint8_t*>(ws) + kCombineSyncOffset, sizeof sync,
+                        cudaMemcpyDeviceToHost),
+             "copy");
+  return sync.fallbacks;
+}
 
 int run_bench(const BenchOptions& o) {
   DeviceInfo dev = query_device();
@@ -390,6 +402,7 @@ int run_bench(const BenchOptions& o) {
       }
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
+      m.combine_fallbacks = combine_fallbacks(ws.ptr);
       std::vector<float> lse(rows);
       cuda_check(cudaMemcpy(lse.data(), d.lse->ptr, rows * 4, cudaMemcpyDeviceToHost), "copy");
       m.output_finite = std::all_of(lse.begin(), lse.end(), [](float x) { return !std::isnan(x); });
@@ -424,6 +437,7 @@ int run_bench(const BenchOptions& o) {
       m.median_us = median_us([&](int) { decode(plan, kv[0], a); }, o.runs, o.warmup, stream);
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
+      m.combine_fallbacks = combine_fallbacks(ws.ptr);
       m.output_finite = true;
       return m;
     };
@@ -481,10 +495,15 @@ int run_bench(const BenchOptions& o) {
                    best.graph_clock.samples > 0 ? "; graph " + best.graph_clock.describe() : std::string());
       }
       if (best.path) fmt::print("  path {} {}: {}\n", bc.name, best.policy, best.path->summary());
+      if (best.combine_fallbacks > 0) {
+        fmt::print("  early merges {} {}: {} waits gave up and waited for the whole decode\n", bc.name, best.policy,
+                   best.combine_fallbacks);
+      }
       nlohmann::json r = {{"case", bc.name},          {"policy", best.policy},     {"kv_dtype", kv_dtype_name(kv_dtype)}, {"q_dtype", o.q_dtype},
                           {"page_size", page_size}, {"page_runs", o.page_runs}, {"median_us", best.median_us}, {"plan_us", best.plan_us}, {"host_us", best.host_us},
                           {"gbps", gbps},             {"pct_of_copy", pct},          {"tflops", tflops},
-                          {"split_kv", best.split_kv}, {"output_finite", best.output_finite}};
+                          {"split_kv", best.split_kv}, {"output_finite", best.output_finite},
+                          {"combine_fallbacks", best.combine_fallbacks}};
       if (best.rotated_us > 0) {
         r["rotated_median_us"] = best.rotated_us;
         r["rotated_pct_of_copy"] = rot_pct;

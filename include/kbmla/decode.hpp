@@ -267,7 +267,9 @@ struct DecodePath {
 };
 DecodePath describe_decode(const DevicePlan& plan, const KvCache& cache, QDtype q_dtype = QDtype::kBFloat16);
 
-// Zeroes the workspace's error word; call once after allocating a workspace.
+// Prepares the workspace's header (the error word, the combine's call counter); call once
+// after allocating a workspace. Without it, calls are correct but merge split requests only
+// after the whole decode (work_format.hpp, CombineSync).
 void init_workspace(void* workspace, size_t bytes, void* stream);
 // Synchronises the stream and returns the error word (DeviceErrorBits).
 uint32_t read_device_errors(const void* workspace, void* stream);

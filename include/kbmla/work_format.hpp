@@ -13,9 +13,11 @@
 //   bounds            num_splits[b] + 1 entries per request with work, 0 for others.
 //
 // Workspace (bytes, 256-aligned sections, caller-owned device memory):
-//   [error word | partial LSE  slots x rows fp32 | partial O  slots x rows x d_v fp32]
+//   [header: error word, CombineSync | partial LSE  slots x rows fp32 |
+//    piece flags  slots x ceil(rows / 64) u64 | partial O  slots x rows x d_v fp32]
 //   where rows = heads * q_len of one request; slot (first_slot[b] + s) holds split s of
-//   request b for all its rows (each q tile writes its own rows). The fp8-cache kernels
+//   request b for all its rows (each q tile writes its own rows). A piece flag marks one
+//   CTA's 64 rows of a slot written in the current call (CombineSync says how). The fp8-cache kernels
 //   write their partial O in bf16, in the first half of that section (src/combine/combine.hpp,
 //   PartialFormat); the size stays the fp32 one, so one workspace serves every dtype.
 #pragma once
@@ -90,9 +92,37 @@ static_assert(kItemPhases <= kItemPhaseSlots, "an item's phases fit its slots");
 
 KBMLA_HD size_t align_up(size_t bytes, size_t align) { return (bytes + align - 1) / align * align; }
 
+// The workspace header's words after the error word, set by init_workspace: how the
+// combine merges a request while the decode still runs (src/combine/combine.cu, early
+// merges). A decode CTA that wrote its 64 rows of a partial slot stores the piece's
+// flag, piece_flag(epoch), after a release fence; the combine waits for the flags of a
+// request's slots instead of the decode grid's end, then reads the partials. `epoch` counts
+// the calls whose combine ran on this workspace (its last block to arrive advances it) from
+// a host-clock value init_workspace sets, so a flag left by an earlier call, by a plan of
+// another layout sharing the workspace, or from before a later init_workspace, never equals
+// this call's, and nothing needs resetting between calls.
+// A workspace that init_workspace did not prepare (no kCombineSyncReady) gets no early
+// merges: its arrival count may hold anything, and the epoch would stop advancing.
+struct CombineSync {
+  uint64_t epoch;
+  uint32_t arrivals;   // combine blocks of the current call past their last wait
+  uint32_t fallbacks;  // waits that gave up and waited for the whole decode (diagnostic)
+  uint64_t ready;      // kCombineSyncReady once init_workspace ran
+};
+constexpr size_t kCombineSyncOffset = 8;
+constexpr uint8_t kCombineSyncReadyByte = 0xA7;  // init_workspace's memset of `ready`
+constexpr uint64_t kCombineSyncReady = 0xA7A7A7A7A7A7A7A7ull;
+static_assert(kCombineSyncOffset + sizeof(CombineSync) <= kWorkspaceAlign, "the header holds it");
+// The flag value of a call: the epoch + 1 under a marker in the high word, so that neither
+// zeroed memory nor partial data (as fp32 pairs the high word would read 2.7e26) matches.
+KBMLA_HD uint64_t piece_flag(uint64_t epoch) { return (epoch + 1) ^ (uint64_t{0x6B626D6Cu} << 32); }
+// One flag per 64 rows (a CTA's share of a q tile) of each slot.
+KBMLA_HD int piece_row_groups(int rows_per_request) { return (rows_per_request + 63) / 64; }
+
 struct WorkspaceLayout {
   size_t error_word_offset;
   size_t partial_lse_offset;
+  size_t piece_flags_offset;
   size_t partial_o_offset;
   size_t total_bytes;
 };
@@ -102,7 +132,9 @@ KBMLA_HD WorkspaceLayout workspace_layout(int64_t num_slots, int rows_per_reques
   w.error_word_offset = 0;
   w.partial_lse_offset = kWorkspaceAlign;
   size_t lse_bytes = static_cast<size_t>(num_slots) * rows_per_request * sizeof(float);
-  w.partial_o_offset = w.partial_lse_offset + align_up(lse_bytes, kWorkspaceAlign);
+  w.piece_flags_offset = w.partial_lse_offset + align_up(lse_bytes, kWorkspaceAlign);
+  size_t flag_bytes = static_cast<size_t>(num_slots) * piece_row_groups(rows_per_request) * sizeof(uint64_t);
+  w.partial_o_offset = w.piece_flags_offset + align_up(flag_bytes, kWorkspaceAlign);
   size_t o_bytes = static_cast<size_t>(num_slots) * rows_per_request * d_v * sizeof(float);
   w.total_bytes = w.partial_o_offset + align_up(o_bytes, kWorkspaceAlign);
   return w;

@@ -78,9 +78,12 @@ __device__ __forceinline__ float4 widen_bf16x4(uint2 u) {
 // dense kernels keep bf16 words until the multiply: NarrowLoads). Twice the splits in
 // flight per lane in the same registers made the merges slower, and so did the wide merges
 // on bf16 words at 64 registers where the general kernel's grid is one wave (bench/NOTES.md v36).
-__device__ __forceinline__ float4 load4(const float* at) { return __ldg(reinterpret_cast<const float4*>(at)); }
+// The partials are read through L2 only (ld.global.cg), not the read-only path: with early
+// merges the decode still writes other slots while this grid runs, so no line of them may
+// be cached from before its flag.
+__device__ __forceinline__ float4 load4(const float* at) { return __ldcg(reinterpret_cast<const float4*>(at)); }
 __device__ __forceinline__ float4 load4(const __nv_bfloat16* at) {
-  return widen_bf16x4(__ldg(reinterpret_cast<const uint2*>(at)));
+  return widen_bf16x4(__ldcg(reinterpret_cast<const uint2*>(at)));
 }
 
 // Partial O loads widened to float4 as they are loaded.
@@ -100,7 +103,7 @@ template <>
 struct NarrowLoads<__nv_bfloat16> {
   using Raw = uint2;
   __device__ __forceinline__ static Raw load(const __nv_bfloat16* at) {
-    return __ldg(reinterpret_cast<const uint2*>(at));
+    return __ldcg(reinterpret_cast<const uint2*>(at));
   }
   __device__ __forceinline__ static float4 values(const Raw& u) { return widen_bf16x4(u); }
 };
@@ -200,7 +203,7 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, const Spl
   typename NL::Raw v[kNarrowBatch][kQuarters];
   load_batch(0, v);
   const float neg_inf = -__int_as_float(0x7f800000);
-  const float lse_s = lane < ns ? p.partial_lse[(slot0 + lane) * p.rows + row] : neg_inf;
+  const float lse_s = lane < ns ? __ldcg(p.partial_lse + (slot0 + lane) * p.rows + row) : neg_inf;
   float max_lse = lse_s;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffff, max_lse, off));
@@ -263,7 +266,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   walk.prefetch();
   const float neg_inf = -__int_as_float(0x7f800000);
   float lse_s = neg_inf;
-  if (int(threadIdx.x) < ns) lse_s = p.partial_lse[(slot0 + threadIdx.x) * p.rows + row];
+  if (int(threadIdx.x) < ns) lse_s = __ldcg(p.partial_lse + (slot0 + threadIdx.x) * p.rows + row);
   const float max_lse = block_reduce<kWarps>(lse_s, sh.scratch, true);
   if (max_lse == neg_inf) {  // every split saw only masked keys
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
@@ -282,6 +285,55 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
 }
+
+// Early merges (combine.hpp; work_format.hpp, CombineSync). A block's waits for the pieces
+// of its tasks' requests: lane / thread s polls split s's flag for the task row's 64-row
+// group (acquire: the partials' reads come after it), backing off between polls. A flag
+// missing past the deadline (a decode running longer than that, or a piece that was never
+// flagged) makes the block wait for the whole decode grid instead, as without early
+// merges, and count a fallback: a missing flag costs time, never a wrong merge.
+constexpr unsigned long long kFlagWaitNs = 4'000'000;
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct EarlyWait {
+  const unsigned long long* flags;  // null: no early merges
+  int groups;                        // flags per slot
+  unsigned long long flag;           // this call's piece flag
+  unsigned long long deadline;       // %globaltimer
+  bool decode_done;                  // waited for the decode grid: every partial is there
+
+  __device__ __forceinline__ bool piece_ready(int64_t slot, int row) const {
+    const unsigned long long* at = flags + slot * groups + row / 64;
+    for (;;) {
+      unsigned long long v;
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+      if (v == flag) return true;
+      if (global_ns() > deadline) return false;
+      __nanosleep(128);
+    }
+  }
+  __device__ __forceinline__ void give_up(const CombineParams& p, bool counter) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (counter) atomicAdd(&p.sync->fallbacks, 1u);
+    decode_done = true;
+  }
+  // Block-uniform (wide tasks: thread s < ns polls split s).
+  __device__ __forceinline__ void for_block(const CombineParams& p, const SplitRequest& r, int row) {
+    if (decode_done) return;
+    const bool ok = int(threadIdx.x) >= r.ns || piece_ready(r.slot0 + threadIdx.x, row);
+    if (!__syncthreads_and(ok)) give_up(p, threadIdx.x == 0);
+  }
+  // Warp-uniform (a narrow task: lane s < ns polls split s).
+  __device__ __forceinline__ void for_warp(const CombineParams& p, const SplitRequest& r, int row, int lane) {
+    if (decode_done) return;
+    const bool ok = lane >= r.ns || piece_ready(r.slot0 + lane, row);
+    if (!__all_sync(0xffffffffu, ok)) give_up(p, lane == 0);
+    __syncwarp();  // orders the other lanes' partial reads after each lane's acquire
+  }
+};
 
 // Work of the combine, as blocks: [0, W) wide (request, row, quarter) tasks, [W, W + N)
 // kWarps narrow tasks (rows) each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
@@ -317,15 +369,37 @@ __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kFo
     return SplitRequest{0, 0, 0};
   };
   SplitRequest first = blockIdx.x < unsigned(total) ? request_of(int(blockIdx.x)) : SplitRequest{0, 0, 0};
-  // Launched as a programmatic dependent of the decode: wait for its grid (and its memory
-  // writes) here, so that this kernel's launch overlaps the decode's tail.
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  // Launched as a programmatic dependent of the decode (which lets it launch from its
+  // prologue): without early merges, wait for the decode grid (and its memory writes) here.
+  // With them, each task waits for its request's piece flags; the call's epoch is read
+  // before this block arrives below, and the last block to arrive (every block then past
+  // its last wait, so every flag of the call seen) advances it for the next call.
+  bool early = p.piece_flags != nullptr;
+  unsigned long long epoch = 0;
+  if (early) {
+    unsigned long long ready;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(epoch) : "l"(&p.sync->epoch) : "memory");
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(ready) : "l"(&p.sync->ready) : "memory");
+    early = ready == kCombineSyncReady;  // the same for every block: a header init_workspace made
+  }
+  EarlyWait wait{p.piece_flags, p.piece_row_groups, piece_flag(epoch), global_ns() + kFlagWaitNs, !early};
+  if (!early) asm volatile("griddepcontrol.wait;" ::: "memory");
+  unsigned arrivals_before = 0;  // thread 0's arrival: the blocks that arrived before it
+  auto arrive = [&] {            // block-uniform, once
+    __syncthreads();
+    if (threadIdx.x == 0) arrivals_before = atomicAdd(&p.sync->arrivals, 1u);
+  };
+  if (early && int(blockIdx.x) >= narrow_end) arrive();  // no merge task
   unsigned long long started = 0;
-  if (p.timeline != nullptr && threadIdx.x == 0) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(started));
+  if (p.timeline != nullptr && threadIdx.x == 0 && !early) started = global_ns();
   for (int blk = blockIdx.x; blk < total; blk += gridDim.x) {
     const SplitRequest r = blk == int(blockIdx.x) ? first : request_of(blk);
+    const bool last_merge = blk < narrow_end && blk + int(gridDim.x) >= narrow_end;
     if constexpr (kForm != kNarrowOnly) {
       if (blk < wide_blocks) {
+        wait.for_block(p, r, (blk / kQuarters) % p.rows);
+        if (early && last_merge) arrive();
+        if (p.timeline != nullptr && threadIdx.x == 0 && started == 0) started = global_ns();
         combine_wide<kWarps, Partial, kForm == kDense>(p, sh, r, blk);
         __syncthreads();  // the shared buffers are reused by the next wide task
         continue;
@@ -333,6 +407,9 @@ __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kFo
     }
     if (blk < narrow_end) {
       const int task = (blk - wide_blocks) * kWarps + warp;
+      if (task < narrow_tasks) wait.for_warp(p, r, task % p.rows, lane);
+      if (early && last_merge) arrive();
+      if (p.timeline != nullptr && threadIdx.x == 0 && started == 0) started = global_ns();
       if (task < narrow_tasks) combine_narrow<Partial>(p, r, task, lane);
     } else {
       const int entry = p.zero_fill[blk - narrow_end];
@@ -344,15 +421,23 @@ __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kFo
       }
     }
   }
+  if (early) {
+    if (threadIdx.x == 0 && arrivals_before == gridDim.x - 1) {
+      p.sync->arrivals = 0;
+      p.sync->epoch = epoch + 1;
+    }
+  }
   if (p.timeline != nullptr) {  // block-uniform
     __syncthreads();
     if (threadIdx.x == 0) {
-      unsigned long long ended;
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ended));
-      p.timeline[2 * blockIdx.x] = started;
+      const unsigned long long ended = global_ns();
+      p.timeline[2 * blockIdx.x] = started != 0 ? started : ended;
       p.timeline[2 * blockIdx.x + 1] = ended;
     }
   }
+  // Early merges end before the decode may: this grid must not complete before it (the
+  // stream's next kernel reads the decode's final outputs).
+  if (early) asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 template <int kWarps>

@@ -44,8 +44,16 @@ struct CombineParams {
   PartialFormat partial_format;
   const float* partial_lse;       // [slots, rows], log2
   OutputView output;              // bf16 out, LSE in the caller's base, strided rows
-  // Optional instrumentation: block b writes {ns when its grid dependency wait returned,
-  // ns when it finished} (%globaltimer) at timeline[2 * b]; combine_blocks(p) entries.
+  // Early merges (work_format.hpp, CombineSync; work-list plans in full decodes): the
+  // decode's piece flags (piece_row_groups per slot) and the workspace header. A merge then
+  // waits for its request's flags, not for the decode grid, and runs while the decode's
+  // other CTAs still stream. Null: every block waits for the decode grid first.
+  const unsigned long long* piece_flags;
+  int piece_row_groups;
+  CombineSync* sync;
+  // Optional instrumentation: block b writes {ns when its first task's partials were ready
+  // (the decode grid's end without early merges), ns when it finished} (%globaltimer) at
+  // timeline[2 * b]; combine_blocks(p) entries.
   unsigned long long* timeline;
 };
 

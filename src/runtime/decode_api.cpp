@@ -464,6 +464,14 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.output = output;
   p.partial_o = ws_base + ws.partial_o_offset;
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
+  // Early merges (combine.hpp): work-list plans in full decodes with the combine, unless
+  // KBMLA_EARLY_COMBINE=never (comparisons). The static policies keep the grid wait.
+  const bool early_merges = P.options.policy == Policy::kWorkList && mode == sm90::KernelMode::kFull &&
+                            with_combine && sm90::env_switch_not_never("KBMLA_EARLY_COMBINE");
+  CombineSync* const sync = reinterpret_cast<CombineSync*>(ws_base + kCombineSyncOffset);
+  p.piece_flags = early_merges ? reinterpret_cast<unsigned long long*>(ws_base + ws.piece_flags_offset) : nullptr;
+  p.piece_row_groups = piece_row_groups(c.heads * c.q_len);
+  p.combine_sync = sync;
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
   p.timeline = a.timeline;
   p.item_timeline = a.item_timeline;
@@ -521,6 +529,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
   cp.partial_lse = p.partial_lse;
+  cp.piece_flags = p.piece_flags;
+  cp.piece_row_groups = p.piece_row_groups;
+  cp.sync = early_merges ? sync : nullptr;
   cp.output = output;
   launch_combine(cp, stream);
 

@@ -1,10 +1,13 @@
 // The workspace's error word: its reset and its reading (kbmla/decode.hpp).
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <cstddef>
 #include <string>
 
 #include "kbmla/decode.hpp"
 #include "kbmla/error.hpp"
+#include "kbmla/work_format.hpp"
 
 namespace kbmla {
 
@@ -17,8 +20,21 @@ void check_cuda(cudaError_t err, const char* what) {
 void init_workspace(void* workspace, size_t bytes, void* stream) {
   require(workspace != nullptr && bytes >= kWorkspaceAlign, "init_workspace: need a workspace of at least ",
           kWorkspaceAlign, " bytes, got ", bytes, workspace == nullptr ? " (null)" : "");
-  check_cuda(cudaMemsetAsync(workspace, 0, kWorkspaceAlign, static_cast<cudaStream_t>(stream)),
+  // The header: error word and CombineSync zeroed, its `ready` mark, and a first epoch
+  // from the host clock (ns), so that the piece flags a workspace kept from calls before
+  // this init (epochs counted up from an earlier clock reading, one a call) never equal a
+  // later call's.
+  uint8_t* const sync = static_cast<uint8_t*>(workspace) + kCombineSyncOffset;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  check_cuda(cudaMemsetAsync(workspace, 0, kWorkspaceAlign, s), "init_workspace: cudaMemsetAsync");
+  check_cuda(cudaMemsetAsync(sync + offsetof(CombineSync, ready), kCombineSyncReadyByte, sizeof(uint64_t), s),
              "init_workspace: cudaMemsetAsync");
+  const uint64_t epoch = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
+  // (Pageable source: the copy has taken the value when the call returns.)
+  check_cuda(cudaMemcpyAsync(sync + offsetof(CombineSync, epoch), &epoch, sizeof epoch, cudaMemcpyHostToDevice, s),
+             "init_workspace: cudaMemcpyAsync");
 }
 
 uint32_t read_device_errors(const void* workspace, void* stream) {

@@ -152,8 +152,9 @@ TEST(Planner, WorkspaceSizeMatchesLayoutAndBound) {
   HostPlan plan = make_host_plan(s, seqlens);
   ASSERT_GT(plan.counts.num_slots, 1);
   const size_t rows = 16;
+  // Header, partial LSE, one 8-byte piece flag per slot and 64 rows, partial O.
   const size_t expected = 256 + align_up(plan.counts.num_slots * rows * 4, 256) +
-                          align_up(plan.counts.num_slots * rows * 512 * 4, 256);
+                          align_up(plan.counts.num_slots * 1 * 8, 256) + align_up(plan.counts.num_slots * rows * 512 * 4, 256);
   EXPECT_EQ(plan.workspace_bytes(512), expected);
   EXPECT_LE(plan.counts.num_slots, max_partial_slots(s));
 }

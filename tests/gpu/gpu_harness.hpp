@@ -131,7 +131,19 @@ struct GpuResult {
   ref::Comparison cmp;
   uint32_t device_errors = 0;
   DecodePath path;  // what the call ran (describe_decode), which sets its accuracy bars
+  // The call's outputs as they came back, and its workspace's CombineSync after the call
+  // (work_format.hpp; init_workspace ran just before the call).
+  std::vector<ref::Bf16> out;
+  std::vector<float> lse;
+  CombineSync sync_before{}, sync_after{};
 };
+
+inline CombineSync read_combine_sync(const void* ws) {
+  CombineSync s{};
+  cuda_ok(cudaMemcpy(&s, static_cast<const uint8_t*>(ws) + kCombineSyncOffset, sizeof s, cudaMemcpyDeviceToHost),
+          "read CombineSync");
+  return s;
+}
 
 inline std::string describe(const GpuCase& c) {
   std::ostringstream os;
@@ -257,9 +269,13 @@ inline GpuResult run_gpu_case(const GpuCase& c) {
   }
   GpuResult r;
   r.path = describe_decode(plan, kv, args.q_dtype);
+  r.sync_before = read_combine_sync(dev.ws.ptr);
   decode(plan, kv, args);
   r.device_errors = read_device_errors(dev.ws.ptr, nullptr);
   cuda_ok(cudaDeviceSynchronize(), "decode");
+  r.sync_after = read_combine_sync(dev.ws.ptr);
+  r.out = dev.out.download();
+  r.lse = dev.lse.download();
 
   r.cmp = compare_with_reference(p, ref::reference_decode(p, data.inputs()), dev.out, dev.lse);
   return r;

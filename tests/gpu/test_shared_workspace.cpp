@@ -2,6 +2,7 @@
 // across batch shapes and layers), and CTA budgets so small that each CTA holds many
 // split items: every call still matches the reference and reports no device error.
 #include <cstdlib>
+#include <cstring>
 
 #include "tests/gpu/gpu_harness.hpp"
 
@@ -56,11 +57,63 @@ TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
   DeviceArray<uint8_t> ws(std::max(a.plan.workspace_bytes(), b.plan.workspace_bytes()));
   ws.poison();
   init_workspace(ws.ptr, ws.count, nullptr);
+  const CombineSync before = read_combine_sync(ws.ptr);
+  EXPECT_EQ(before.ready, kCombineSyncReady);
   decode_and_check(a, ws, "A");
   decode_and_check(b, ws, "B after A");
   decode_and_check(a, ws, "A after B");
   decode_and_check(a, ws, "A again");
   decode_and_check(b, ws, "B again");
+  // Early merges over the other plan's flags and partials: each call found its own flags
+  // (none waited for the whole decode) and advanced the epoch once.
+  const CombineSync after = read_combine_sync(ws.ptr);
+  EXPECT_EQ(after.fallbacks, 0u);
+  EXPECT_EQ(after.arrivals, 0u);
+  EXPECT_EQ(after.epoch, before.epoch + 5);
+}
+
+// Early merges (combine.cu): the combine merges each split request as soon as the decode
+// flagged its pieces. The merge is the same arithmetic in the same order as after a wait
+// for the whole decode (KBMLA_EARLY_COMBINE=never), so the outputs must match bit for bit;
+// every wait must find its flags (no fallback), and the call advances the epoch by one.
+// Kernels: bf16 64-row and narrow tiles (a 130-way wide merge among them), per-tensor fp8
+// narrow and split-role tiles, per-block fp8, 2-CTA clusters with two q tiles a request.
+TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_EARLY_COMBINE"); }
+  } restore;
+  std::vector<GpuCase> cases;
+  cases.push_back(GpuCase{16, 4, {20000, 300, 9000, 64, 0, 4100}});
+  cases.push_back(GpuCase{16, 1, {131072}});
+  cases.push_back(GpuCase{16, 1, {40000, 3000, 2000, 5000, 1, 65}});
+  GpuCase fp8_narrow{16, 1, {30000, 5000, 4096, 1, 700}};
+  fp8_narrow.fp8 = true;
+  cases.push_back(fp8_narrow);
+  GpuCase fp8_wide{16, 4, {30000, 5000, 4096, 700, 9000}};
+  fp8_wide.fp8 = true;
+  cases.push_back(fp8_wide);
+  GpuCase block{16, 4, {30000, 5000, 4096, 700, 9000}};
+  block.fp8_block = true;
+  cases.push_back(block);
+  GpuCase clusters{128, 2, {9000, 2500, 700}};
+  clusters.num_ctas = 24;
+  cases.push_back(clusters);
+  for (const GpuCase& c : cases) {
+    SCOPED_TRACE(describe(c));
+    setenv("KBMLA_EARLY_COMBINE", "never", 1);
+    const GpuResult whole = run_gpu_case(c);
+    unsetenv("KBMLA_EARLY_COMBINE");
+    const GpuResult early = run_gpu_case(c);
+    expect_accurate(c, early);
+    EXPECT_EQ(early.sync_after.fallbacks, 0u);
+    EXPECT_EQ(early.sync_after.arrivals, 0u);
+    EXPECT_EQ(early.sync_after.epoch, early.sync_before.epoch + 1);
+    EXPECT_EQ(whole.sync_after.epoch, whole.sync_before.epoch);  // no early merges: untouched
+    ASSERT_EQ(early.out.size(), whole.out.size());
+    EXPECT_EQ(std::memcmp(early.out.data(), whole.out.data(), early.out.size() * sizeof(ref::Bf16)), 0);
+    EXPECT_EQ(std::memcmp(early.lse.data(), whole.lse.data(), early.lse.size() * sizeof(float)), 0);
+  }
 }
 
 TEST(GpuSharedWorkspace, FewCtasEachHoldingManySplitItems) {

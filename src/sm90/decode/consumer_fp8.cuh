@@ -347,6 +347,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     named_sync(kBarRowStats, kConsumerThreads);
     write_item_output_transposed(p, it, wg, warp, lane, stats, sc.out_scale(), bad, o);
     if (phases) record_item_phase(p, item_count - 1, 4);
+    publish_partials(p, it, wg * 128 + tid);
   }
   if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }

@@ -230,6 +230,7 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
     scale_groups(o, group_max);  // O of group g was in units of M_g
     write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, 1.f, bad, o);
     Mbarrier::arrive(stats_empty + par);
+    publish_partials(p, it, pv * 128 + tid);
     ++item_count;
   }
   if (pv == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);

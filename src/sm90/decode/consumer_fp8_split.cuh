@@ -284,6 +284,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
     write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, kv_scale, bad, o);
     if (phases) record_item_phase(p, item_count, 4);
     Mbarrier::arrive(stats_empty + par);
+    publish_partials(p, it, pv * 128 + tid);
     ++item_count;
   }
   // The busy interval ends with the output, as the alternating kernel's does.

@@ -150,6 +150,7 @@ __device__ __forceinline__ void run_bf16_consumer(const DecodeParams& p, uint8_t
     named_sync(kBarRowStats, kConsumerThreads);
     tile.write_output(p, it, stats, bad);
     if (phases) record_item_phase(p, item_count - 1, 4);
+    publish_partials(p, it, wg * 128 + tid);
   }
   if (kSoftmaxOwner && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
   // Consume consumer 1's arrival after the last block, so no barrier is left half-done.

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include "src/sm90/decode/params.hpp"
+#include "src/sm90/decode/primitives.cuh"
 #include "src/sm90/decode/work.cuh"
 
 namespace kbmla::sm90 {
@@ -137,6 +138,30 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
       store_row(partial_rows + n * 512, i, e, inv);
       if (lse_writer) partial_lse[n] = lse_log2;
     });
+  }
+}
+
+// The barrier of an item's writers after its partials: in every decode kernel the two
+// warpgroups that write the output (the bf16 consumers, the fp8 consumers or P V
+// warpgroups), 256 threads; an id no kernel uses for anything else.
+constexpr uint32_t kBarPartialsWritten = 14;
+constexpr uint32_t kPartialWriterThreads = 256;
+
+// Called by each of the 256 writers (`writer` 0..255) after its share of the item's
+// output. For a split item with early merges on, writer 0 then makes every writer's
+// partial stores visible at GPU scope (bar.sync orders them before its fence) and sets the
+// piece's flag (work_format.hpp, CombineSync), so that the combine merges the request
+// without waiting for this grid's end. Only writer 0's warp waits for the fence (~0.5 us);
+// it is at an item boundary, where the writers wait for the next item's Q and first stage.
+__device__ __forceinline__ void publish_partials(const DecodeParams& p, const Item& it, int writer) {
+  if (p.piece_flags == nullptr || it.slot < 0) return;
+  named_sync(kBarPartialsWritten, kPartialWriterThreads);
+  if (writer == 0) {
+    unsigned long long epoch;
+    asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(epoch) : "l"(&p.combine_sync->epoch) : "memory");
+    unsigned long long* flag = p.piece_flags + int64_t{it.slot} * p.piece_row_groups + it.row_begin / 64;
+    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+    asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(flag), "l"(piece_flag(epoch)) : "memory");
   }
 }
 

@@ -68,6 +68,12 @@ struct DecodeParams {
   // caches: src/combine/combine.hpp, PartialFormat), partial LSE [slots, rows] fp32 (log2).
   void* partial_o;
   float* partial_lse;
+  // Early merges (work_format.hpp, CombineSync): after writing its rows of a partial slot
+  // a CTA sets the piece flag of (slot, row_begin / 64); null: the combine waits for this
+  // grid instead and no flag is written.
+  unsigned long long* piece_flags;
+  int piece_row_groups;                   // flags per slot: ceil(rows / 64)
+  const CombineSync* combine_sync;        // its epoch names the call in the flags
   uint32_t* error_word;
   unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA
   unsigned long long* item_timeline;  // optional: DecodeArgs::item_timeline
