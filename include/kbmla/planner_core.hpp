@@ -508,45 +508,6 @@ struct WriteSink {
   }
 };
 
-// One slot's column of the work list (entries column + i * stride, i < height, up to the
-// first negative one): when it holds at least three requests, its last request's entries
-// move to the front, the others keeping their order. Under the contiguous fill a slot ends
-// with the head piece of a request cut at its end and starts with the tail piece of the one
-// cut at its start, so every cut request was complete only when a CTA ended, and the
-// combine merged them all after the decode (its blocks run on the SMs that finished CTAs
-// free). With both cut pieces ahead of a whole request, each cut request completes early
-// and its merge runs while the decode's last CTAs still stream (src/combine/combine.cu,
-// early merges). The same items and costs; only the order inside the slot.
-KBMLA_HD void lead_with_last_request(int32_t* work_list, int column, int stride, int height, int batch) {
-  auto at = [&](int i) -> int32_t& { return work_list[column + int64_t{i} * stride]; };
-  auto request = [&](int i) { return work_entry_tile_batch(at(i)) % batch; };
-  int n = 0, requests = 0;
-  for (; n < height && at(n) >= 0; ++n) {
-    if (n == 0 || request(n) != request(n - 1)) ++requests;
-  }
-  if (requests < 3) return;
-  int k = 1;  // the last request's entries (one per q tile)
-  while (request(n - 1 - k) == request(n - 1)) ++k;
-  // Rotate right by k: reverse [0, n - k), [n - k, n), then [0, n).
-  auto reverse = [&](int lo, int hi) {
-    for (--hi; lo < hi; ++lo, --hi) {
-      const int32_t t = at(lo);
-      at(lo) = at(hi);
-      at(hi) = t;
-    }
-  };
-  reverse(0, n - k);
-  reverse(n - k, n);
-  reverse(0, n);
-}
-
-// Every slot of a written work list (the host's pass; the device planner takes a column per thread).
-inline void lead_every_slot_with_its_last_request(int32_t* work_list, const PlanCounts& c, int batch) {
-  for (int col = 0; col < c.num_active_clusters; ++col) {
-    lead_with_last_request(work_list, col, c.num_active_clusters, c.max_items_per_cluster, batch);
-  }
-}
-
 }  // namespace plan_detail
 
 }  // namespace kbmla

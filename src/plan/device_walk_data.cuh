@@ -224,11 +224,6 @@ __device__ void finish_plan(const PlanShape& shape, const PlanCounts& counts, in
     return;
   }
   const int B = shape.batch;
-  // Each slot's last request first, as the host planner orders them (planner_core.hpp).
-  for (int col = threadIdx.x; col < counts.num_active_clusters; col += blockDim.x) {
-    plan_detail::lead_with_last_request(buffers.work_list, col, counts.num_active_clusters,
-                                        counts.max_items_per_cluster, B);
-  }
   const int per_thread = (B + kPlannerThreads - 1) / kPlannerThreads;
   const int b0 = min(int(threadIdx.x) * per_thread, B), b1 = min(b0 + per_thread, B);
   int mine[2] = {0, 0};

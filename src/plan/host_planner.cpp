@@ -136,7 +136,6 @@ HostPlan make_host_plan(const PlanShape& shape, std::span<const int32_t> seqlens
   buffers.cluster_cost = plan.cluster_cost.data();
   int status = plan_write(shape, seqlens.data(), c, buffers);
   require(status == kPlanOk, "plan: internal error, plan_write returned status ", status);
-  plan_detail::lead_every_slot_with_its_last_request(plan.work_list.data(), c, shape.batch);
   return plan;
 }
 

@@ -242,7 +242,6 @@ TEST(SlotWalk, HostPlansEqualPlanMeasureAndWrite) {
     std::vector<int64_t> cluster_cost(c.num_clusters, 0);
     out.cluster_cost = cluster_cost.data();
     ASSERT_EQ(plan_write(p, seqlens.data(), c, out), kPlanOk);
-    plan_detail::lead_every_slot_with_its_last_request(out.work_list, c, p.batch);
     const std::string where = "config " + std::to_string(i);
     ASSERT_EQ(got.counts.cap, c.cap) << where;
     ASSERT_EQ(got.counts.whole_requests, c.whole_requests) << where;
@@ -255,32 +254,6 @@ TEST(SlotWalk, HostPlansEqualPlanMeasureAndWrite) {
   }
   EXPECT_GT(whole_plans, 100);
   EXPECT_LT(whole_plans, 3900);
-}
-
-// A slot's last request moves to its front (both q tiles of it), the others keep their
-// order; slots of one or two requests stay as they were; columns end at the first negative
-// entry or at the height.
-TEST(SlotWalk, EachSlotLeadsWithItsLastRequest) {
-  const int B = 10, stride = 3, height = 6;
-  auto e = [&](int tile, int b) { return make_work_entry(tile, b, B, 0); };
-  // Column 0: requests 3, 4, 5 (two tiles), 6 (two tiles); column 1: 7, 8; column 2: 9.
-  std::vector<std::vector<int32_t>> columns = {{e(0, 3), e(0, 4), e(0, 5), e(1, 5), e(0, 6), e(1, 6)},
-                                               {e(0, 7), e(0, 8), kNoWork},
-                                               {e(0, 9), kNoWork}};
-  std::vector<int32_t> list(size_t(stride) * (height + 1), kNoWork);
-  for (int c = 0; c < stride; ++c) {
-    for (size_t i = 0; i < columns[c].size(); ++i) list[c + i * stride] = columns[c][i];
-  }
-  for (int c = 0; c < stride; ++c) plan_detail::lead_with_last_request(list.data(), c, stride, height, B);
-  auto column = [&](int c) {
-    std::vector<int32_t> v;
-    for (int i = 0; i < height && list[c + i * stride] >= 0; ++i) v.push_back(list[c + i * stride]);
-    return v;
-  };
-  EXPECT_EQ(column(0), (std::vector<int32_t>{e(0, 6), e(1, 6), e(0, 3), e(0, 4), e(0, 5), e(1, 5)}));
-  EXPECT_EQ(column(1), (std::vector<int32_t>{e(0, 7), e(0, 8)}));
-  EXPECT_EQ(column(2), (std::vector<int32_t>{e(0, 9)}));
-  EXPECT_EQ(list[0 + height * stride], kNoWork);
 }
 
 }  // namespace
