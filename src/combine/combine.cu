@@ -305,14 +305,20 @@ struct EarlyWait {
   unsigned long long deadline;       // %globaltimer
   bool decode_done;                  // waited for the decode grid: every partial is there
 
+  // Relaxed polls, each a round trip to L2, back to back for the first 64 (tens of us:
+  // the merges at the decode's end see their flags within one), then 256 ns apart; the
+  // acquire fence once the flag is there.
   __device__ __forceinline__ bool piece_ready(int64_t slot, int row) const {
     const unsigned long long* at = flags + slot * groups + row / 64;
-    for (;;) {
+    for (int polls = 0;; ++polls) {
       unsigned long long v;
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
-      if (v == flag) return true;
+      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+      if (v == flag) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        return true;
+      }
       if (global_ns() > deadline) return false;
-      __nanosleep(128);
+      if (polls >= 64) __nanosleep(256);
     }
   }
   __device__ __forceinline__ void give_up(const CombineParams& p, bool counter) {

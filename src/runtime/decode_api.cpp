@@ -464,10 +464,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.output = output;
   p.partial_o = ws_base + ws.partial_o_offset;
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
-  // Early merges (combine.hpp): work-list plans in full decodes with the combine, unless
-  // KBMLA_EARLY_COMBINE=never (comparisons). The static policies keep the grid wait.
-  const bool early_merges = P.options.policy == Policy::kWorkList && mode == sm90::KernelMode::kFull &&
-                            with_combine && sm90::env_switch_not_never("KBMLA_EARLY_COMBINE");
+  const bool early_merges = mode == sm90::KernelMode::kFull && with_combine && detail::early_merges_wanted(P);
   CombineSync* const sync = reinterpret_cast<CombineSync*>(ws_base + kCombineSyncOffset);
   p.piece_flags = early_merges ? reinterpret_cast<unsigned long long*>(ws_base + ws.piece_flags_offset) : nullptr;
   p.piece_row_groups = piece_row_groups(c.heads * c.q_len);

@@ -150,6 +150,18 @@ void record_split_requests(DevicePlan::Impl& P) {
   }
 }
 
+// Early merges (combine.hpp): work-list plans, unless KBMLA_EARLY_COMBINE=never
+// (comparisons). The static policies keep the grid wait, and so do host plans whose every
+// item is a piece of a split request (B1, B4_Sq4, one long request): their requests complete
+// only as CTAs end, the last at the decode's end, while each flag costs its CTA's exit a
+// fence (measured 0.5-2 % slower on fp8 B1 and per-block B4_Sq4, where skew and Kimi's
+// lognormal batch gained 1-4 %: bench/NOTES.md v48). Device-made plans take them.
+bool early_merges_wanted(const DevicePlan::Impl& P) {
+  const PlanCounts& c = P.host.counts;
+  const bool whole_requests = P.device_planned || c.num_pieces > c.num_slots;
+  return P.options.policy == Policy::kWorkList && whole_requests && sm90::env_switch_not_never("KBMLA_EARLY_COMBINE");
+}
+
 CombineParams combine_plan_params(const DevicePlan::Impl& P) {
   const HostPlan& h = P.host;
   CombineParams cp{};

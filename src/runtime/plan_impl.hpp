@@ -89,5 +89,9 @@ void record_split_requests(DevicePlan::Impl& P);
 // What the combine takes from the plan (the per-call pointers are the caller's to add).
 CombineParams combine_plan_params(const DevicePlan::Impl& P);
 
+// Whether a full decode of this plan with its combine takes early merges (combine.hpp;
+// launch_choices.cpp says when).
+bool early_merges_wanted(const DevicePlan::Impl& P);
+
 }  // namespace detail
 }  // namespace kbmla

@@ -470,6 +470,18 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   EXPECT_EQ(path(host_plan(16, 1, {4096, 4096}, 132, Policy::kStatic, 1)).combine, "none (no split request)");
   const DecodePath split = path(host_plan(16, 1, {131072}, 132));
   EXPECT_NE(split.combine.find("merge kernel"), std::string::npos) << split.combine;
+  // Early merges: work-list plans with a whole request beside the split ones, not a plan of
+  // pieces only (one long request), not the static policies, not with KBMLA_EARLY_COMBINE=never.
+  EXPECT_EQ(split.combine.find("early merges"), std::string::npos) << split.combine;
+  const DecodePath mixed = path(host_plan(16, 1, {131072, 60, 100}, 132));
+  EXPECT_NE(mixed.combine.find("early merges"), std::string::npos) << mixed.combine;
+  const DecodePath fixed = path(host_plan(16, 1, {131072, 60, 100}, 132, Policy::kStaticPersistent, 4));
+  EXPECT_EQ(fixed.combine.find("early merges"), std::string::npos) << fixed.combine;
+  {
+    EnvGuard never("never", "KBMLA_EARLY_COMBINE");
+    const DecodePath off = path(host_plan(16, 1, {131072, 60, 100}, 132));
+    EXPECT_EQ(off.combine.find("early merges"), std::string::npos) << off.combine;
+  }
 }
 
 }  // namespace

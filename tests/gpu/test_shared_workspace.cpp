@@ -76,39 +76,45 @@ TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
 // flagged its pieces. The merge is the same arithmetic in the same order as after a wait
 // for the whole decode (KBMLA_EARLY_COMBINE=never), so the outputs must match bit for bit;
 // every wait must find its flags (no fallback), and the call advances the epoch by one.
-// Kernels: bf16 64-row and narrow tiles (a 130-way wide merge among them), per-tensor fp8
-// narrow and split-role tiles, per-block fp8, 2-CTA clusters with two q tiles a request.
+// Plans whose every item is a piece of a split request keep the grid wait (launch_choices.cpp):
+// there the epoch stays. Kernels: bf16 64-row and narrow tiles (wide merges among them),
+// per-tensor fp8 narrow and split-role tiles, per-block fp8, 2-CTA clusters with two q tiles
+// a request.
 TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
   KBMLA_REQUIRE_SM90();
   struct Restore {
     ~Restore() { unsetenv("KBMLA_EARLY_COMBINE"); }
   } restore;
-  std::vector<GpuCase> cases;
-  cases.push_back(GpuCase{16, 4, {20000, 300, 9000, 64, 0, 4100}});
-  cases.push_back(GpuCase{16, 1, {131072}});
-  cases.push_back(GpuCase{16, 1, {40000, 3000, 2000, 5000, 1, 65}});
-  GpuCase fp8_narrow{16, 1, {30000, 5000, 4096, 1, 700}};
+  // {case, whether its plan takes early merges}; the short requests stay whole on 132 SMs.
+  std::vector<std::pair<GpuCase, bool>> cases;
+  cases.push_back({GpuCase{16, 4, {20000, 300, 9000, 64, 0, 4100, 50, 70}}, true});
+  cases.push_back({GpuCase{16, 1, {131072}}, false});  // one request: every item a piece
+  cases.push_back({GpuCase{16, 1, {131072, 60, 100, 1, 65, 30}}, true});  // a 130-way wide merge
+  cases.push_back({GpuCase{16, 1, {40000, 3000, 2000, 5000, 1, 65}}, true});
+  GpuCase fp8_narrow{16, 1, {30000, 5000, 4096, 1, 700, 40}};
   fp8_narrow.fp8 = true;
-  cases.push_back(fp8_narrow);
-  GpuCase fp8_wide{16, 4, {30000, 5000, 4096, 700, 9000}};
+  cases.push_back({fp8_narrow, true});
+  GpuCase fp8_wide{16, 4, {30000, 5000, 4096, 700, 9000, 20, 33}};
   fp8_wide.fp8 = true;
-  cases.push_back(fp8_wide);
-  GpuCase block{16, 4, {30000, 5000, 4096, 700, 9000}};
+  cases.push_back({fp8_wide, true});
+  GpuCase block{16, 4, {30000, 5000, 4096, 700, 9000, 20, 33}};
   block.fp8_block = true;
-  cases.push_back(block);
-  GpuCase clusters{128, 2, {9000, 2500, 700}};
+  cases.push_back({block, true});
+  GpuCase clusters{128, 2, {9000, 2500, 700, 40}};
   clusters.num_ctas = 24;
-  cases.push_back(clusters);
-  for (const GpuCase& c : cases) {
+  cases.push_back({clusters, true});
+  for (const auto& [c, takes_early] : cases) {
     SCOPED_TRACE(describe(c));
     setenv("KBMLA_EARLY_COMBINE", "never", 1);
     const GpuResult whole = run_gpu_case(c);
     unsetenv("KBMLA_EARLY_COMBINE");
     const GpuResult early = run_gpu_case(c);
     expect_accurate(c, early);
+    EXPECT_EQ(early.path.combine.find("early merges") != std::string::npos, takes_early) << early.path.combine;
+    EXPECT_EQ(whole.path.combine.find("early merges"), std::string::npos) << whole.path.combine;
     EXPECT_EQ(early.sync_after.fallbacks, 0u);
     EXPECT_EQ(early.sync_after.arrivals, 0u);
-    EXPECT_EQ(early.sync_after.epoch, early.sync_before.epoch + 1);
+    EXPECT_EQ(early.sync_after.epoch, early.sync_before.epoch + (takes_early ? 1 : 0));
     EXPECT_EQ(whole.sync_after.epoch, whole.sync_before.epoch);  // no early merges: untouched
     ASSERT_EQ(early.out.size(), whole.out.size());
     EXPECT_EQ(std::memcmp(early.out.data(), whole.out.data(), early.out.size() * sizeof(ref::Bf16)), 0);
