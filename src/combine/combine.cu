@@ -547,6 +547,13 @@ CombineKernelChoice combine_kernel_choice(const CombineParams& p) {
   });
 }
 
+bool combine_fits_one_wave(const CombineParams& p) {
+  if (p.sm_count <= 0) return false;
+  const CombineKernelChoice k = combine_kernel_choice(p);
+  const int form = k.narrow_only ? kNarrowOnly : k.dense ? kDense : kGeneral;
+  return combine_blocks(p) <= int64_t{p.sm_count} * combine_blocks_per_sm(k.warps, form);
+}
+
 void launch_combine(const CombineParams& p, cudaStream_t stream) {
   const CombineKernelChoice k = combine_kernel_choice(p);
   if (k.narrow_only) return launch_combine_with<8, __nv_bfloat16, kNarrowOnly>(p, stream);

@@ -74,6 +74,9 @@ struct CombineKernelChoice {
 };
 CombineKernelChoice combine_kernel_choice(const CombineParams& p);
 
+// Whether launch_combine's grid for p fits the device's SMs at once (p.sm_count known).
+bool combine_fits_one_wave(const CombineParams& p);
+
 // Launches nothing when there is nothing to merge or fill.
 void launch_combine(const CombineParams& p, cudaStream_t stream);
 

@@ -151,15 +151,19 @@ void record_split_requests(DevicePlan::Impl& P) {
 }
 
 // Early merges (combine.hpp): work-list plans, unless KBMLA_EARLY_COMBINE=never
-// (comparisons). The static policies keep the grid wait, and so do host plans whose every
-// item is a piece of a split request (B1, B4_Sq4, one long request): their requests complete
-// only as CTAs end, the last at the decode's end, while each flag costs its CTA's exit a
-// fence (measured 0.5-2 % slower on fp8 B1 and per-block B4_Sq4, where skew and Kimi's
-// lognormal batch gained 1-4 %: bench/NOTES.md v48). Device-made plans take them.
+// (comparisons). The static policies keep the grid wait, and so do two kinds of host plan
+// (bench/NOTES.md v48): those whose every item is a piece of a split request (B1, B4_Sq4,
+// one long request), whose requests complete only as CTAs end, the last at the decode's end,
+// while each flag costs its CTA's exit a fence (0.5-2 % slower on fp8 B1 and per-block
+// B4_Sq4, where skew and Kimi's lognormal batch gained 1-4 %); and those whose merge grid
+// is more than one wave, where blocks that launch early and wait for late requests hold SM
+// slots the ready ones need (Kimi's 96-head lognormal batch: its merges +4 us). Device-made
+// plans (grids sized by capacity) take them.
 bool early_merges_wanted(const DevicePlan::Impl& P) {
+  if (P.options.policy != Policy::kWorkList || !sm90::env_switch_not_never("KBMLA_EARLY_COMBINE")) return false;
+  if (P.device_planned) return true;
   const PlanCounts& c = P.host.counts;
-  const bool whole_requests = P.device_planned || c.num_pieces > c.num_slots;
-  return P.options.policy == Policy::kWorkList && whole_requests && sm90::env_switch_not_never("KBMLA_EARLY_COMBINE");
+  return c.num_pieces > c.num_slots && combine_fits_one_wave(combine_plan_params(P));
 }
 
 CombineParams combine_plan_params(const DevicePlan::Impl& P) {

@@ -470,16 +470,27 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   EXPECT_EQ(path(host_plan(16, 1, {4096, 4096}, 132, Policy::kStatic, 1)).combine, "none (no split request)");
   const DecodePath split = path(host_plan(16, 1, {131072}, 132));
   EXPECT_NE(split.combine.find("merge kernel"), std::string::npos) << split.combine;
-  // Early merges: work-list plans with a whole request beside the split ones, not a plan of
-  // pieces only (one long request), not the static policies, not with KBMLA_EARLY_COMBINE=never.
+  // Early merges: work-list plans with a whole request beside the split ones and a merge
+  // grid of one wave, not a plan of pieces only (one long request), not the static policies,
+  // not with KBMLA_EARLY_COMBINE=never.
   EXPECT_EQ(split.combine.find("early merges"), std::string::npos) << split.combine;
-  const DecodePath mixed = path(host_plan(16, 1, {131072, 60, 100}, 132));
+  auto on_132_sms = [](std::unique_ptr<DevicePlan::Impl> plan) {  // (the CPU knows no device)
+    plan->device_sm_count = 132;
+    return plan;
+  };
+  const DecodePath mixed = path(on_132_sms(host_plan(16, 1, {131072, 60, 100}, 132)));
   EXPECT_NE(mixed.combine.find("early merges"), std::string::npos) << mixed.combine;
-  const DecodePath fixed = path(host_plan(16, 1, {131072, 60, 100}, 132, Policy::kStaticPersistent, 4));
+  const DecodePath fixed = path(on_132_sms(host_plan(16, 1, {131072, 60, 100}, 132, Policy::kStaticPersistent, 4)));
   EXPECT_EQ(fixed.combine.find("early merges"), std::string::npos) << fixed.combine;
+  // 32 requests of 384 rows, most split: a merge grid of several waves.
+  std::vector<int32_t> many_rows(32, 20000);
+  many_rows.push_back(40);
+  const DecodePath waves = path(on_132_sms(host_plan(96, 4, many_rows, 132)));
+  EXPECT_EQ(waves.combine.find("early merges"), std::string::npos) << waves.combine;
+  EXPECT_NE(waves.combine.find("merge kernel"), std::string::npos) << waves.combine;
   {
     EnvGuard never("never", "KBMLA_EARLY_COMBINE");
-    const DecodePath off = path(host_plan(16, 1, {131072, 60, 100}, 132));
+    const DecodePath off = path(on_132_sms(host_plan(16, 1, {131072, 60, 100}, 132)));
     EXPECT_EQ(off.combine.find("early merges"), std::string::npos) << off.combine;
   }
 }

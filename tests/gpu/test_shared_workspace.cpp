@@ -51,7 +51,7 @@ TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
   // more than 16 splits (the wide combine) and narrow ones, with its partials where A's
   // lay and the other way round.
   const Prepared a = prepare(16, 4, {20000, 300, 9000, 64, 0}, 0, 3);
-  const Prepared b = prepare(16, 1, {40000, 3000, 2000, 5000}, 0, 4);
+  const Prepared b = prepare(16, 1, {40000, 3000, 2000, 5000, 30}, 0, 4);  // (30: one whole request)
   ASSERT_GT(a.plan.host_plan().counts.num_slots, 0);
   ASSERT_GT(b.plan.host_plan().counts.num_slots, 16);
   DeviceArray<uint8_t> ws(std::max(a.plan.workspace_bytes(), b.plan.workspace_bytes()));
