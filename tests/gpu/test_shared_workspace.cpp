@@ -27,8 +27,9 @@ Prepared prepare(int heads, int q_len, const std::vector<int32_t>& seqlens, int 
   return Prepared{std::move(data), std::move(plan), std::move(expect)};
 }
 
-// Decodes `p` into poisoned outputs with the shared workspace and checks the result.
-void decode_and_check(const Prepared& p, DeviceArray<uint8_t>& ws, const char* what) {
+// Decodes `p` into poisoned outputs with the shared workspace and checks the result; adds 1
+// to `early_calls` when the call took early merges (describe_decode).
+void decode_and_check(const Prepared& p, DeviceArray<uint8_t>& ws, const char* what, int& early_calls) {
   SCOPED_TRACE(what);
   ASSERT_GE(ws.count, p.plan.workspace_bytes());
   const ref::Problem& pr = p.data.problem;
@@ -39,6 +40,7 @@ void decode_and_check(const Prepared& p, DeviceArray<uint8_t>& ws, const char* w
   out.poison();
   lse.poison();
   KvCache kv(cache.ptr, pr.num_pages, pr.page_size);
+  if (describe_decode(p.plan, kv).combine.find("early merges") != std::string::npos) ++early_calls;
   decode(p.plan, kv,
          make_decode_args(q.ptr, block_table.ptr, pr.max_pages, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count));
   EXPECT_EQ(read_device_errors(ws.ptr, nullptr), 0u);
@@ -59,17 +61,20 @@ TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
   init_workspace(ws.ptr, ws.count, nullptr);
   const CombineSync before = read_combine_sync(ws.ptr);
   EXPECT_EQ(before.ready, kCombineSyncReady);
-  decode_and_check(a, ws, "A");
-  decode_and_check(b, ws, "B after A");
-  decode_and_check(a, ws, "A after B");
-  decode_and_check(a, ws, "A again");
-  decode_and_check(b, ws, "B again");
-  // Early merges over the other plan's flags and partials: each call found its own flags
-  // (none waited for the whole decode) and advanced the epoch once.
+  int early_calls = 0;
+  decode_and_check(a, ws, "A", early_calls);
+  decode_and_check(b, ws, "B after A", early_calls);
+  decode_and_check(a, ws, "A after B", early_calls);
+  decode_and_check(a, ws, "A again", early_calls);
+  decode_and_check(b, ws, "B again", early_calls);
+  // Early merges over the other plan's flags and partials (B's at least; A's 64-row merges
+  // are more than one wave on 132 SMs): each such call found its own flags (none waited for
+  // the whole decode) and advanced the epoch once.
+  EXPECT_GE(early_calls, 2);
   const CombineSync after = read_combine_sync(ws.ptr);
   EXPECT_EQ(after.fallbacks, 0u);
   EXPECT_EQ(after.arrivals, 0u);
-  EXPECT_EQ(after.epoch, before.epoch + 5);
+  EXPECT_EQ(after.epoch, before.epoch + uint64_t(early_calls));
 }
 
 // Early merges (combine.cu): the combine merges each split request as soon as the decode
@@ -85,9 +90,12 @@ TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
   struct Restore {
     ~Restore() { unsetenv("KBMLA_EARLY_COMBINE"); }
   } restore;
-  // {case, whether its plan takes early merges}; the short requests stay whole on 132 SMs.
+  // {case, whether its plan takes early merges}; the short requests stay whole, and the
+  // 64-row batches run on 24 CTAs, so that their merges are narrow and one wave.
   std::vector<std::pair<GpuCase, bool>> cases;
-  cases.push_back({GpuCase{16, 4, {20000, 300, 9000, 64, 0, 4100, 50, 70}}, true});
+  GpuCase bf16_wide{16, 4, {20000, 300, 9000, 64, 0, 4100, 50, 70}};
+  bf16_wide.num_ctas = 24;
+  cases.push_back({bf16_wide, true});
   cases.push_back({GpuCase{16, 1, {131072}}, false});  // one request: every item a piece
   cases.push_back({GpuCase{16, 1, {131072, 60, 100, 1, 65, 30}}, true});  // a 130-way wide merge
   cases.push_back({GpuCase{16, 1, {40000, 3000, 2000, 5000, 1, 65}}, true});
@@ -96,10 +104,15 @@ TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
   cases.push_back({fp8_narrow, true});
   GpuCase fp8_wide{16, 4, {30000, 5000, 4096, 700, 9000, 20, 33}};
   fp8_wide.fp8 = true;
+  fp8_wide.num_ctas = 24;
   cases.push_back({fp8_wide, true});
   GpuCase block{16, 4, {30000, 5000, 4096, 700, 9000, 20, 33}};
   block.fp8_block = true;
+  block.num_ctas = 24;
   cases.push_back({block, true});
+  GpuCase merges_in_waves = fp8_wide;  // 524 merge blocks of 16 warps on 132 SMs: the grid wait
+  merges_in_waves.num_ctas = 0;
+  cases.push_back({merges_in_waves, false});
   GpuCase clusters{128, 2, {9000, 2500, 700, 40}};
   clusters.num_ctas = 24;
   cases.push_back({clusters, true});
