@@ -108,74 +108,6 @@ struct NarrowLoads<__nv_bfloat16> {
   __device__ __forceinline__ static float4 values(const Raw& u) { return widen_bf16x4(u); }
 };
 
-// What a merge task needs of the plan: the request, its split count and first partial
-// slot. Plan data only (none of the decode's outputs), so a block loads its first task's
-// before waiting for the decode: after the wait only the partials' round trip is left
-// (it was four dependent round trips: ~4.3 us of B1's combine, bench --balance, v27).
-struct SplitRequest {
-  int b, ns;
-  int64_t slot0;
-};
-__device__ __forceinline__ SplitRequest split_request(const CombineParams& p, int index) {
-  const int b = p.split_requests[index];
-  return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
-}
-
-// Early merges (combine.hpp; work_format.hpp, CombineSync). A block's waits for the pieces
-// of its tasks' requests: lane / thread s polls split s's flag for the task row's 64-row
-// group (acquire: the partials' reads come after it), backing off between polls. A flag
-// missing past the deadline (a decode running longer than that, or a piece that was never
-// flagged) makes the block wait for the whole decode grid instead, as without early
-// merges, and count a fallback: a missing flag costs time, never a wrong merge.
-constexpr unsigned long long kFlagWaitNs = 4'000'000;
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-struct EarlyWait {
-  const unsigned long long* flags;  // null: no early merges
-  int groups;                        // flags per slot
-  unsigned long long flag;           // this call's piece flag
-  unsigned long long deadline;       // %globaltimer
-  bool decode_done;                  // waited for the decode grid: every partial is there
-
-  // Relaxed polls, each a round trip to L2, back to back for the first 64 (tens of us:
-  // the merges at the decode's end see their flags within one), then 256 ns apart; the
-  // acquire fence once the flag is there.
-  __device__ __forceinline__ bool piece_ready(int64_t slot, int row) const {
-    const unsigned long long* at = flags + slot * groups + row / 64;
-    for (int polls = 0;; ++polls) {
-      unsigned long long v;
-      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
-      if (v == flag) {
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-        return true;
-      }
-      if (global_ns() > deadline) return false;
-      if (polls >= 64) __nanosleep(256);
-    }
-  }
-  __device__ __forceinline__ void give_up(const CombineParams& p, bool counter) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    if (counter) atomicAdd(&p.sync->fallbacks, 1u);
-    decode_done = true;
-  }
-  // Block-uniform (wide tasks: thread s < ns polls split s).
-  __device__ __forceinline__ void for_block(const CombineParams& p, const SplitRequest& r, int row) {
-    if (decode_done) return;
-    const bool ok = int(threadIdx.x) >= r.ns || piece_ready(r.slot0 + threadIdx.x, row);
-    if (!__syncthreads_and(ok)) give_up(p, threadIdx.x == 0);
-  }
-  // Warp-uniform (a narrow task: lane s < ns polls split s).
-  __device__ __forceinline__ void for_warp(const CombineParams& p, const SplitRequest& r, int row, int lane) {
-    if (decode_done) return;
-    const bool ok = lane >= r.ns || piece_ready(r.slot0 + lane, row);
-    if (!__all_sync(0xffffffffu, ok)) give_up(p, lane == 0);
-    __syncwarp();  // orders the other lanes' partial reads after each lane's acquire
-  }
-};
-
 // The splits s = first + j * step (< ns) of one 128-column quarter that a warp merges.
 // Their partial O loads are issued before the LSE weights are known (the loads only need
 // the slot), so the LSE read and its reductions overlap the O round trip instead of
@@ -204,50 +136,6 @@ struct SplitWalk {
   __device__ __forceinline__ typename L::Raw load(int s) const {
     return s < ns ? L::load(base + s * stride) : typename L::Raw{};
   }
-  // Early merges, splits within the prefetch (ns <= step x kPrefetch): lane j polls split
-  // first + j step's flag (`flag_of(s)`), and once it is there loads that split's LSE
-  // (`lse_of(s)`, into `lse`) and the warp its partial O, so that the loads of the splits
-  // done early are in flight or back while the last ones are still being written. Returns
-  // false past the wait's deadline, with the splits not yet loaded left to the caller.
-  template <class FlagOf, class LseOf>
-  __device__ __forceinline__ bool prefetch_as_flagged(const EarlyWait& wait, int lane, FlagOf&& flag_of,
-                                                      LseOf&& lse_of, float& lse, unsigned& pending) {
-    pending = 0;
-#pragma unroll
-    for (int j = 0; j < kPrefetch; ++j) pending |= (first + j * step < ns ? 1u : 0u) << j;
-    for (int polls = 0; pending != 0; ++polls) {
-      bool seen = false;
-      if (lane < kPrefetch && ((pending >> lane) & 1u)) {
-        unsigned long long v;
-        asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(flag_of(first + lane * step)) : "memory");
-        if (v == wait.flag) {
-          asm volatile("fence.acq_rel.gpu;" ::: "memory");
-          lse = lse_of(first + lane * step);
-          seen = true;
-        }
-      }
-      const unsigned ready = __ballot_sync(0xffffffffu, seen);
-      __syncwarp();  // the other lanes' loads of a split after its lane's acquire
-#pragma unroll
-      for (int j = 0; j < kPrefetch; ++j) {
-        if ((ready >> j) & 1u) v[j] = load(first + j * step);
-      }
-      pending &= ~ready;
-      if (pending == 0) break;
-      if (global_ns() > wait.deadline) return false;
-      if (polls >= 64) __nanosleep(256);
-    }
-    return true;
-  }
-  // The splits prefetch_as_flagged left `pending` (the decode grid is complete by then).
-  template <class LseOf>
-  __device__ __forceinline__ void load_pending(int lane, unsigned pending, LseOf&& lse_of, float& lse) {
-#pragma unroll
-    for (int j = 0; j < kPrefetch; ++j) {
-      if ((pending >> j) & 1u) v[j] = load(first + j * step);
-    }
-    if (lane < kPrefetch && ((pending >> lane) & 1u)) lse = lse_of(first + lane * step);
-  }
   template <class Weight>
   __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -272,6 +160,18 @@ struct SplitWalk {
   }
 };
 
+// What a merge task needs of the plan: the request, its split count and first partial
+// slot. Plan data only (none of the decode's outputs), so a block loads its first task's
+// before waiting for the decode: after the wait only the partials' round trip is left
+// (it was four dependent round trips: ~4.3 us of B1's combine, bench --balance, v27).
+struct SplitRequest {
+  int b, ns;
+  int64_t slot0;
+};
+__device__ __forceinline__ SplitRequest split_request(const CombineParams& p, int index) {
+  const int b = p.split_requests[index];
+  return {b, p.splits.num_splits[b], int64_t{p.splits.first_slot[b]}};
+}
 
 // A narrow request (<= kCombineNarrowSplits splits): one warp merges one row, all four
 // column quarters (lane l: columns 128 q + 4 l); the lanes hold one split's LSE each, so
@@ -352,13 +252,9 @@ struct CombineShared {
 // A wide request's (row, column quarter): the kWarps warps take every kWarps-th split, so
 // up to kWarps x kPrefetch float4 loads per lane are in flight even for one long request;
 // a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
-// Lane j of warp w holds split w + kWarps j's LSE (the split whose flag it polls with early
-// merges), in both modes, so that both sum the same terms in the same order: the outputs
-// are the same bits whether the merge waited for flags or for the decode grid.
-// `after_wait()` runs block-uniformly once every partial the task reads is there.
-template <int kWarps, class Partial, bool kRaw, class AfterWait>
+template <int kWarps, class Partial, bool kRaw>
 __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, const SplitRequest& r,
-                                             int task, EarlyWait& wait, AfterWait&& after_wait) {
+                                             int task) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
@@ -367,24 +263,10 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   SplitWalk<Partial, kRaw> walk{
       static_cast<const Partial*>(p.partial_o) + (slot0 * p.rows + row) * kDv + quarter * kQuarterCols + lane * 4,
       int64_t{p.rows} * kDv, warp, kWarps, ns};
+  walk.prefetch();
   const float neg_inf = -__int_as_float(0x7f800000);
-  const int lse_split = warp + kWarps * lane;
-  auto lse_of = [&](int s) { return __ldcg(p.partial_lse + (slot0 + s) * p.rows + row); };
   float lse_s = neg_inf;
-  if (!wait.decode_done && ns <= kWarps * kPrefetch) {
-    auto flag_of = [&](int s) { return wait.flags + (slot0 + s) * wait.groups + row / 64; };
-    unsigned pending = 0;
-    if (!walk.prefetch_as_flagged(wait, lane, flag_of, lse_of, lse_s, pending)) {
-      wait.give_up(p, lane == 0);
-      walk.load_pending(lane, pending, lse_of, lse_s);
-    }
-    wait.decode_done = __syncthreads_or(wait.decode_done);  // uniform again
-  } else {
-    wait.for_block(p, r, row);  // (more splits than the prefetch holds: every flag first)
-    walk.prefetch();
-    if (lse_split < ns) lse_s = lse_of(lse_split);
-  }
-  after_wait();
+  if (int(threadIdx.x) < ns) lse_s = __ldcg(p.partial_lse + (slot0 + threadIdx.x) * p.rows + row);
   const float max_lse = block_reduce<kWarps>(lse_s, sh.scratch, true);
   if (max_lse == neg_inf) {  // every split saw only masked keys
     if (warp == 0) write_empty_quarter(p, b, row, quarter, lane);
@@ -393,7 +275,7 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   const float e = lse_s == neg_inf ? 0.f : exp2f(lse_s - max_lse);
   const float sum = block_reduce<kWarps>(e, sh.scratch, false);
   // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
-  if (lse_split < ns) sh.weights[lse_split] = e / sum;
+  if (int(threadIdx.x) < ns) sh.weights[threadIdx.x] = e / sum;
   __syncthreads();
   float4 acc = walk.weighted_sum([&](int s) { return sh.weights[s]; });
   sh.partial_sums[warp][lane] = acc;
@@ -403,6 +285,61 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
 }
+
+// Early merges (combine.hpp; work_format.hpp, CombineSync). A block's waits for the pieces
+// of its tasks' requests: lane / thread s polls split s's flag for the task row's 64-row
+// group (acquire: the partials' reads come after it), backing off between polls. A flag
+// missing past the deadline (a decode running longer than that, or a piece that was never
+// flagged) makes the block wait for the whole decode grid instead, as without early
+// merges, and count a fallback: a missing flag costs time, never a wrong merge.
+constexpr unsigned long long kFlagWaitNs = 4'000'000;
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct EarlyWait {
+  const unsigned long long* flags;  // null: no early merges
+  int groups;                        // flags per slot
+  unsigned long long flag;           // this call's piece flag
+  unsigned long long deadline;       // %globaltimer
+  bool decode_done;                  // waited for the decode grid: every partial is there
+
+  // Relaxed polls, each a round trip to L2, back to back for the first 64 (tens of us:
+  // the merges at the decode's end see their flags within one), then 256 ns apart; the
+  // acquire fence once the flag is there.
+  __device__ __forceinline__ bool piece_ready(int64_t slot, int row) const {
+    const unsigned long long* at = flags + slot * groups + row / 64;
+    for (int polls = 0;; ++polls) {
+      unsigned long long v;
+      asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+      if (v == flag) {
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
+        return true;
+      }
+      if (global_ns() > deadline) return false;
+      if (polls >= 64) __nanosleep(256);
+    }
+  }
+  __device__ __forceinline__ void give_up(const CombineParams& p, bool counter) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    if (counter) atomicAdd(&p.sync->fallbacks, 1u);
+    decode_done = true;
+  }
+  // Block-uniform (wide tasks: thread s < ns polls split s).
+  __device__ __forceinline__ void for_block(const CombineParams& p, const SplitRequest& r, int row) {
+    if (decode_done) return;
+    const bool ok = int(threadIdx.x) >= r.ns || piece_ready(r.slot0 + threadIdx.x, row);
+    if (!__syncthreads_and(ok)) give_up(p, threadIdx.x == 0);
+  }
+  // Warp-uniform (a narrow task: lane s < ns polls split s).
+  __device__ __forceinline__ void for_warp(const CombineParams& p, const SplitRequest& r, int row, int lane) {
+    if (decode_done) return;
+    const bool ok = lane >= r.ns || piece_ready(r.slot0 + lane, row);
+    if (!__all_sync(0xffffffffu, ok)) give_up(p, lane == 0);
+    __syncwarp();  // orders the other lanes' partial reads after each lane's acquire
+  }
+};
 
 // Work of the combine, as blocks: [0, W) wide (request, row, quarter) tasks, [W, W + N)
 // kWarps narrow tasks (rows) each, [W + N, W + N + Z) one zero-filled q tile each. The counts are
@@ -466,10 +403,10 @@ __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kFo
     const bool last_merge = blk < narrow_end && blk + int(gridDim.x) >= narrow_end;
     if constexpr (kForm != kNarrowOnly) {
       if (blk < wide_blocks) {
-        combine_wide<kWarps, Partial, kForm == kDense>(p, sh, r, blk, wait, [&] {
-          if (early && last_merge) arrive();
-          if (p.timeline != nullptr && threadIdx.x == 0 && started == 0) started = global_ns();
-        });
+        wait.for_block(p, r, (blk / kQuarters) % p.rows);
+        if (early && last_merge) arrive();
+        if (p.timeline != nullptr && threadIdx.x == 0 && started == 0) started = global_ns();
+        combine_wide<kWarps, Partial, kForm == kDense>(p, sh, r, blk);
         __syncthreads();  // the shared buffers are reused by the next wide task
         continue;
       }

@@ -150,8 +150,8 @@ void record_split_requests(DevicePlan::Impl& P) {
   }
 }
 
-// Early merges (combine.hpp): work-list plans, unless KBMLA_EARLY_COMBINE=never, or every
-// work-list plan with =always (comparisons). The static policies keep the grid wait, and so do two kinds of host plan
+// Early merges (combine.hpp): work-list plans, unless KBMLA_EARLY_COMBINE=never
+// (comparisons). The static policies keep the grid wait, and so do two kinds of host plan
 // (bench/NOTES.md v48): those whose every item is a piece of a split request (B1, B4_Sq4,
 // one long request), whose requests complete only as CTAs end, the last at the decode's end,
 // while each flag costs its CTA's exit a fence (0.5-2 % slower on fp8 B1 and per-block
@@ -160,12 +160,8 @@ void record_split_requests(DevicePlan::Impl& P) {
 // slots the ready ones need (Kimi's 96-head lognormal batch: its merges +4 us). Device-made
 // plans (grids sized by capacity) take them.
 bool early_merges_wanted(const DevicePlan::Impl& P) {
-  const char* e = std::getenv("KBMLA_EARLY_COMBINE");
-  const bool always = e != nullptr && std::strcmp(e, "always") == 0;
-  require(e == nullptr || always || std::strcmp(e, "auto") == 0 || std::strcmp(e, "never") == 0,
-          "KBMLA_EARLY_COMBINE='", e, "' must be auto, always or never");
-  if (P.options.policy != Policy::kWorkList || (e != nullptr && std::strcmp(e, "never") == 0)) return false;
-  if (P.device_planned || always) return true;
+  if (P.options.policy != Policy::kWorkList || !sm90::env_switch_not_never("KBMLA_EARLY_COMBINE")) return false;
+  if (P.device_planned) return true;
   const PlanCounts& c = P.host.counts;
   return c.num_pieces > c.num_slots && combine_fits_one_wave(combine_plan_params(P));
 }
