@@ -158,10 +158,12 @@ void record_split_requests(DevicePlan::Impl& P) {
 // B4_Sq4, where skew and Kimi's lognormal batch gained 1-4 %); and those whose merge grid
 // is more than one wave, where blocks that launch early and wait for late requests hold SM
 // slots the ready ones need (Kimi's 96-head lognormal batch: its merges +4 us). Device-made
-// plans (grids sized by capacity) take them.
+// plans keep the grid wait too: their merge grid is sized by capacity (528 blocks of 16
+// warps, two waves, for most batches), whether their requests are pieces only is known only
+// on the device, and early merges were not measured there.
 bool early_merges_wanted(const DevicePlan::Impl& P) {
   if (P.options.policy != Policy::kWorkList || !sm90::env_switch_not_never("KBMLA_EARLY_COMBINE")) return false;
-  if (P.device_planned) return true;
+  if (P.device_planned) return false;
   const PlanCounts& c = P.host.counts;
   return c.num_pieces > c.num_slots && combine_fits_one_wave(combine_plan_params(P));
 }
