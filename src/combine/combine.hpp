@@ -44,7 +44,8 @@ struct CombineParams {
   PartialFormat partial_format;
   const float* partial_lse;       // [slots, rows], log2
   OutputView output;              // bf16 out, LSE in the caller's base, strided rows
-  // Early merges (work_format.hpp, CombineSync; work-list plans in full decodes): the
+  // Early merges (work_format.hpp, CombineSync; the plans launch_choices.cpp's
+  // early_merges_wanted picks, in full decodes): the
   // decode's piece flags (piece_row_groups per slot) and the workspace header. A merge then
   // waits for its request's flags, not for the decode grid, and runs while the decode's
   // other CTAs still stream. Null: every block waits for the decode grid first.
