@@ -23,6 +23,7 @@
 #include "src/runtime/decode_internal.hpp"
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/kernel.hpp"
+#include "tools/balance_records.hpp"
 #include "tools/balance_svg.hpp"
 #include "tools/bench_timing.hpp"
 #include "tools/cases.hpp"
@@ -360,45 +361,16 @@ int run_bench(const BenchOptions& o) {
         cuda_check(cudaMemcpy(rec.data(), tl.ptr, rec.size() * 8, cudaMemcpyDeviceToHost), "copy");
         cuda_check(cudaMemcpy(item_rec.data(), itl.ptr, item_bytes, cudaMemcpyDeviceToHost), "copy");
         m.item_phases = summarize_item_phases(rec, item_rec, ctas);
-        if (combine_blocks > 0) {
-          std::vector<unsigned long long> crec(size_t(combine_blocks) * 2);
-          cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
-          unsigned long long decode_end = 0;
-          for (int c = 0; c < ctas; ++c) decode_end = std::max(decode_end, rec[4 * c + 1]);
-          for (int k = 0; decode_end > 0 && k < combine_blocks; ++k) {
-            if (crec[2 * k] == 0) continue;  // an entry no block wrote
-            m.combine_intervals.push_back({(double(crec[2 * k]) - double(decode_end)) / 1e3,
-                                           (double(crec[2 * k + 1]) - double(decode_end)) / 1e3});
-          }
-          if (!m.combine_intervals.empty()) {
-            m.combine_start_us = m.combine_intervals[0][0];
-            m.combine_end_us = m.combine_intervals[0][1];
-            for (const auto& iv : m.combine_intervals) {
-              m.combine_start_us = std::min(m.combine_start_us, iv[0]);
-              m.combine_end_us = std::max(m.combine_end_us, iv[1]);
-            }
-          }
-        }
-        double sum = 0, mx = 0;
-        int n = 0;
-        unsigned long long first = ~0ull;
-        for (int c = 0; c < ctas; ++c) {
-          if (rec[4 * c + 3] != 0) first = std::min(first, rec[4 * c]);
-        }
-        for (int c = 0; c < ctas; ++c) {
-          if (rec[4 * c + 3] == 0) continue;  // a CTA without items
-          m.intervals.push_back(
-              {double(rec[4 * c] - first) / 1e3, double(rec[4 * c + 1] - first) / 1e3, double(rec[4 * c + 2])});
-          const double busy = double(rec[4 * c + 1] - rec[4 * c]) / 1e3;
-          sum += busy;
-          mx = std::max(mx, busy);
-          ++n;
-        }
-        if (n > 0) {
-          m.busy_mean_us = sum / n;
-          m.busy_max_us = mx;
-          m.busy_max_over_mean = mx / m.busy_mean_us;
-        }
+        std::vector<unsigned long long> crec(size_t(std::max(combine_blocks, 0)) * 2);
+        if (combine_blocks > 0) cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
+        const BalanceSummary bs = summarize_balance(rec, ctas, crec, combine_blocks);
+        m.intervals = bs.intervals;
+        m.combine_intervals = bs.combine_intervals;
+        m.combine_start_us = bs.combine_start_us;
+        m.combine_end_us = bs.combine_end_us;
+        m.busy_mean_us = bs.busy_mean_us;
+        m.busy_max_us = bs.busy_max_us;
+        m.busy_max_over_mean = bs.busy_max_over_mean;
       }
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
