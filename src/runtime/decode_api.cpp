@@ -464,7 +464,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.output = output;
   p.partial_o = ws_base + ws.partial_o_offset;
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
-  const bool early_merges = mode == sm90::KernelMode::kFull && with_combine && detail::early_merges_wanted(P);
+  CombineParams cp = detail::combine_plan_params(P);
+  const bool early_merges = mode == sm90::KernelMode::kFull && with_combine && detail::early_merges_wanted(P, cp);
   CombineSync* const sync = reinterpret_cast<CombineSync*>(ws_base + kCombineSyncOffset);
   p.piece_flags = early_merges ? reinterpret_cast<unsigned long long*>(ws_base + ws.piece_flags_offset) : nullptr;
   p.piece_row_groups = piece_row_groups(c.heads * c.q_len);
@@ -522,7 +523,6 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   }
   if (mode != sm90::KernelMode::kFull || !with_combine) return;
 
-  CombineParams cp = detail::combine_plan_params(P);
   cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
   cp.partial_lse = p.partial_lse;

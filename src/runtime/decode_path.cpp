@@ -86,14 +86,14 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
   const int64_t blocks = combine_blocks(cp);
   if (P.device_planned) {
     d.combine = std::string("merge kernel, launched for any seqlens (a device-made plan)") +
-                (early_merges_wanted(P) ? ", early merges" : "");
+                (early_merges_wanted(P, cp) ? ", early merges" : "");
   } else if (blocks == 0) {
     d.combine = "none (no split request)";
   } else {
     const CombineKernelChoice ck = combine_kernel_choice(cp);
     d.combine = "merge kernel, " + std::to_string(blocks) + " blocks of " + std::to_string(ck.warps) + " warps" +
                 (ck.narrow_only ? " (narrow merges only)" : ck.dense ? " (dense)" : "") +
-                (early_merges_wanted(P) ? ", early merges" : "");
+                (early_merges_wanted(P, cp) ? ", early merges" : "");
   }
   return d;
 }

@@ -154,18 +154,19 @@ void record_split_requests(DevicePlan::Impl& P) {
 // (comparisons). The static policies keep the grid wait, and so do two kinds of host plan
 // (bench/NOTES.md v48): those whose every item is a piece of a split request (B1, B4_Sq4,
 // one long request), whose requests complete only as CTAs end, the last at the decode's end,
-// while each flag costs its CTA's exit a fence (0.5-2 % slower on fp8 B1 and per-block
-// B4_Sq4, where skew and Kimi's lognormal batch gained 1-4 %); and those whose merge grid
+// while each flag delays its CTA's exit by a fence (the likely cause, not timed alone: they
+// measured 0.5-2 % slower on fp8 B1 and per-block B4_Sq4, where skew and Kimi's lognormal
+// batch gained 1-5 %); and those whose merge grid
 // is more than one wave, where blocks that launch early and wait for late requests hold SM
 // slots the ready ones need (Kimi's 96-head lognormal batch: its merges +4 us). Device-made
 // plans keep the grid wait too: their merge grid is sized by capacity (528 blocks of 16
 // warps, two waves, for most batches), whether their requests are pieces only is known only
 // on the device, and early merges were not measured there.
-bool early_merges_wanted(const DevicePlan::Impl& P) {
+bool early_merges_wanted(const DevicePlan::Impl& P, const CombineParams& cp) {
   if (P.options.policy != Policy::kWorkList || !sm90::env_switch_not_never("KBMLA_EARLY_COMBINE")) return false;
   if (P.device_planned) return false;
   const PlanCounts& c = P.host.counts;
-  return c.num_pieces > c.num_slots && combine_fits_one_wave(combine_plan_params(P));
+  return c.num_pieces > c.num_slots && combine_fits_one_wave(cp);
 }
 
 CombineParams combine_plan_params(const DevicePlan::Impl& P) {

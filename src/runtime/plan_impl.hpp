@@ -90,8 +90,8 @@ void record_split_requests(DevicePlan::Impl& P);
 CombineParams combine_plan_params(const DevicePlan::Impl& P);
 
 // Whether a full decode of this plan with its combine takes early merges (combine.hpp;
-// launch_choices.cpp says when).
-bool early_merges_wanted(const DevicePlan::Impl& P);
+// launch_choices.cpp says when); `cp`: combine_plan_params(P).
+bool early_merges_wanted(const DevicePlan::Impl& P, const CombineParams& cp);
 
 }  // namespace detail
 }  // namespace kbmla

@@ -151,8 +151,9 @@ constexpr uint32_t kPartialWriterThreads = 256;
 // output. For a split item with early merges on, writer 0 then makes every writer's
 // partial stores visible at GPU scope (bar.sync orders them before its fence) and sets the
 // piece's flag (work_format.hpp, CombineSync), so that the combine merges the request
-// without waiting for this grid's end. Only writer 0's warp waits for the fence (~0.5 us);
-// it is at an item boundary, where the writers wait for the next item's Q and first stage.
+// without waiting for this grid's end. Only writer 0's warp waits for the fence (its
+// latency not timed alone); it is at an item boundary, where the writers wait for the next
+// item's Q and first stage.
 __device__ __forceinline__ void publish_partials(const DecodeParams& p, const Item& it, int writer) {
   if (p.piece_flags == nullptr || it.slot < 0) return;
   named_sync(kBarPartialsWritten, kPartialWriterThreads);
