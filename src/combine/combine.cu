@@ -6,7 +6,6 @@
 #include <type_traits>
 
 #include "kbmla/error.hpp"
-#include "src/common/carveout.hpp"
 #include "src/common/per_device.hpp"
 
 namespace kbmla {
@@ -494,7 +493,6 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.gridDim = dim3(unsigned(blocks));
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
-  use_max_shared_carveout<combine_kernel<kWarps, Partial, kForm>>("combine");
   if (spreads(blocks, p.sm_count)) {
     reserve_spread_smem<kWarps, Partial, kForm>();
     config.dynamicSmemBytes = kSpreadSmemBytes;

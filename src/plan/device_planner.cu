@@ -3,7 +3,6 @@
 #include <climits>
 
 #include "kbmla/error.hpp"
-#include "src/common/carveout.hpp"
 #include "src/plan/device_probes.cuh"
 #include "src/plan/device_walk_data.cuh"
 #include "src/plan/slot_walk.hpp"
@@ -299,7 +298,6 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
   const WalkBytes bytes = walk_bytes(shape.batch, shape.num_ctas / shape.cluster_size);
   require(bytes.scratch == 0 || out.scratch != nullptr, "device planner: a batch of ", shape.batch,
           " needs its scratch (device_planner_scratch_bytes: ", bytes.scratch, " bytes); out.scratch is null");
-  use_max_shared_carveout<device_planner_kernel>("device planner");
   device_planner_kernel<<<1, kPlannerThreads, bytes.smem, stream>>>(shape, seqlens, out);
   const cudaError_t err = cudaGetLastError();
   require(err == cudaSuccess, "device planner: launch failed: ", cudaGetErrorString(err));

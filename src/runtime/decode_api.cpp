@@ -476,16 +476,6 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.work_list = P.work_list;
   p.plan_header = P.device_planned ? P.header : nullptr;
   p.splits = P.splits;
-  // The tables each CTA's first item reads one after another, prefetched into L2 at the
-  // kernel's start (work.cuh, prefetch_item_tables); KBMLA_PLAN_PREFETCH=never for comparisons.
-  static const bool prefetch_tables = sm90::env_switch_not_never("KBMLA_PLAN_PREFETCH");
-  p.prefetch = {};
-  if (prefetch_tables) {
-    p.prefetch.split_tables = P.splits.num_splits;  // through bounds: the zero-fill list follows
-    p.prefetch.split_table_bytes = int64_t(P.zero_fill - P.splits.num_splits) * int64_t(sizeof(int32_t));
-    p.prefetch.seqlen_bytes = int64_t{B} * int64_t(sizeof(int32_t));
-    p.prefetch.block_table_bytes = int64_t{B} * a.max_pages * int64_t(sizeof(int32_t));
-  }
   dim3 grid;
   const int clusters = h.shape.num_ctas / h.shape.cluster_size;
   switch (P.options.policy) {

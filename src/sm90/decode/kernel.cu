@@ -36,7 +36,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
   }
-  prefetch_item_tables(p);
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   // The row gather keeps more state in the producer loop than 40 registers hold.

@@ -50,7 +50,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
   }
-  prefetch_item_tables(p);
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {

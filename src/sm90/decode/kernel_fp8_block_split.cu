@@ -39,7 +39,6 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
     init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
     fp8::init_split_barriers<kStages>(smem + L::split_barriers, bars);
   }
-  prefetch_item_tables(p);
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {

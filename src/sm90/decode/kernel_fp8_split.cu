@@ -76,7 +76,6 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
     init_pipeline_barriers<kSplitStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
     init_split_barriers<kSplitStages>(smem + L::split_barriers, bars);
   }
-  prefetch_item_tables(p);
   kernel_prologue_sync(p.cluster_size);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {

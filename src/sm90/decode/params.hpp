@@ -77,14 +77,6 @@ struct DecodeParams {
   uint32_t* error_word;
   unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA
   unsigned long long* item_timeline;  // optional: DecodeArgs::item_timeline
-  // What the CTAs prefetch into L2 at their start (work.cuh, prefetch_item_tables), in
-  // bytes; 0: nothing (KBMLA_PLAN_PREFETCH=never, comparisons).
-  struct {
-    const int32_t* split_tables;  // num_splits | first_slot | bounds_offset | bounds (one span)
-    int64_t split_table_bytes;
-    int64_t seqlen_bytes;         // of p.seqlens
-    int64_t block_table_bytes;    // of p.block_table
-  } prefetch;
   // Plan.
   const DevicePlanHeader* plan_header;  // device-made plans: a failed plan means no work
   KernelPolicy policy;

@@ -6,7 +6,6 @@
 #include <cuda_fp8.h>
 
 #include "kbmla/error.hpp"
-#include "src/common/carveout.hpp"
 #include "src/sm90/decode/config_fp8.hpp"
 #include "src/sm90/decode/kernel.hpp"
 
@@ -57,10 +56,8 @@ void launch_quantize_q(const QuantizeQArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
   require(blocks <= 0x7fffffff, "quantize_q: too many rows (", a.rows, ")");
   if (a.d_qk == kDqk) {
-    use_max_shared_carveout<quantize_q_kernel<kDqk / 64>>("quantize_q");
     quantize_q_kernel<kDqk / 64><<<unsigned(blocks), 32 * kWarpsPerBlock, 0, stream>>>(a);
   } else {
-    use_max_shared_carveout<quantize_q_kernel<kDqkNoRope / 64>>("quantize_q");
     quantize_q_kernel<kDqkNoRope / 64><<<unsigned(blocks), 32 * kWarpsPerBlock, 0, stream>>>(a);
   }
   const cudaError_t err = cudaGetLastError();

@@ -46,30 +46,6 @@ class TileWalker {
   WorkListTileScheduler list_;
 };
 
-// Each CTA's first item reads a chain of small tables, each load waiting for the one before:
-// the work-list entry, then the request's seqlen, num_splits and bounds_offset, then its
-// bounds, then the block-table entry of its first block; only then can the first KV box
-// be issued. At a call's start these lines are in DRAM, so every link costs a DRAM round
-// trip while the memory system idles. The grid prefetches them into L2 together, at once
-// (lane l of warp 2 in CTA c takes line c + gridDim.x * l of each table), so that the
-// later links find their lines in L2 or already on their way. A table whose lines
-// outnumber the grid's lanes is left alone (a partial cover would be random lines).
-__device__ __forceinline__ void prefetch_table_lines(const void* base, int64_t bytes, int lane) {
-  if (base == nullptr || bytes <= 0) return;
-  const uintptr_t first = reinterpret_cast<uintptr_t>(base) & ~uintptr_t{127};
-  const int64_t lines = (int64_t(reinterpret_cast<uintptr_t>(base) - first) + bytes + 127) / 128;
-  if (lines > int64_t{gridDim.x} * 32) return;
-  const int64_t line = int64_t{blockIdx.x} + int64_t{gridDim.x} * lane;
-  if (line < lines) asm volatile("prefetch.global.L2 [%0];" ::"l"(first + uintptr_t(line) * 128));
-}
-__device__ __forceinline__ void prefetch_item_tables(const DecodeParams& p) {
-  if (threadIdx.x / 32 != 2) return;
-  const int lane = threadIdx.x % 32;
-  prefetch_table_lines(p.prefetch.split_tables, p.prefetch.split_table_bytes, lane);
-  prefetch_table_lines(p.seqlens, p.prefetch.seqlen_bytes, lane);
-  prefetch_table_lines(p.block_table, p.prefetch.block_table_bytes, lane);
-}
-
 // A device-made plan that failed means no work: every CTA returns (the header is one for
 // the grid, so a cluster leaves together before any multicast); CTA 0 reports it.
 __device__ __forceinline__ bool plan_failed(const DecodeParams& p) {
