@@ -17,9 +17,6 @@ struct WorkTileInfo {
   int batch;
   int split;
   bool valid;
-  // The entry's index in the work list (kbmla's extension: the decode reads the item's
-  // block range at that index, DecodeParams::item_blocks); -1 from the static schedulers.
-  int list_index = -1;
 };
 
 struct GridShape {
@@ -118,7 +115,7 @@ class WorkListTileScheduler {
     int32_t packed = entry > 0 ? entry : 0;
     int b_idx;
     int s_idx = params_.b_fdd.divmod(work_entry_tile_batch(packed), b_idx);
-    return {cta, s_idx, b_idx, work_entry_split(packed), entry >= 0, cluster};
+    return {cta, s_idx, b_idx, work_entry_split(packed), entry >= 0};
   }
 
   KBMLA_HD WorkTileInfo initial_work() const { return current_work(); }

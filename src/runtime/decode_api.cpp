@@ -317,7 +317,7 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   const size_t n_wl = h.work_list.size(), B = size_t(shape.batch), n_bounds = h.bounds.size(),
                n_zero = h.zero_fill.size(), n_split = impl->split_requests.size();
   std::vector<int32_t> blob;
-  blob.reserve(3 * n_wl + 3 * B + n_bounds + n_zero + n_split + 2);
+  blob.reserve(n_wl + 3 * B + n_bounds + n_zero + n_split + 1);
   auto append = [&](const std::vector<int32_t>& v) { blob.insert(blob.end(), v.begin(), v.end()); };
   append(h.work_list);
   append(h.num_splits);
@@ -327,22 +327,6 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   append(h.zero_fill);
   append(impl->split_requests);
   blob.push_back(kNoWork);  // never empty
-  // Each work-list entry's block range at its index (DecodeParams::item_blocks), int2-aligned.
-  if (blob.size() % 2 != 0) blob.push_back(0);
-  const size_t item_blocks_at = blob.size();
-  for (const int32_t entry : h.work_list) {
-    int32_t b0 = 0, b1 = 0;
-    if (entry >= 0) {
-      const size_t b = size_t(work_entry_tile_batch(entry)) % B;
-      const int split = work_entry_split(entry);
-      if (split < h.num_splits[b]) {
-        b0 = h.bounds[size_t(h.bounds_offset[b] + split)];
-        b1 = h.bounds[size_t(h.bounds_offset[b] + split + 1)];
-      }
-    }
-    blob.push_back(b0);
-    blob.push_back(b1);
-  }
   check_cuda(cudaMalloc(&impl->device, blob.size() * sizeof(int32_t)), "plan: cudaMalloc");
   impl->device_sm_count = current_device_budget().sm_count;  // (after every check of the arguments)
   check_cuda(cudaMemcpy(impl->device, blob.data(), blob.size() * sizeof(int32_t), cudaMemcpyHostToDevice),
@@ -352,7 +336,6 @@ DevicePlan DevicePlan::create(const DecodeConfig& config, std::span<const int32_
   impl->splits = {d + n_wl, d + n_wl + B, d + n_wl + 2 * B, d + n_wl + 3 * B};
   impl->zero_fill = d + n_wl + 3 * B + n_bounds;
   impl->split_requests_dev = impl->zero_fill + n_zero;
-  impl->item_blocks = reinterpret_cast<const int2*>(d + item_blocks_at);
   return DevicePlan(std::move(impl));
 }
 
@@ -491,11 +474,6 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.timeline = a.timeline;
   p.item_timeline = a.item_timeline;
   p.work_list = P.work_list;
-  // (KBMLA_ITEM_BLOCKS=never: through bounds_offset and bounds, for comparisons)
-  static const bool item_blocks_wanted = sm90::env_switch_not_never("KBMLA_ITEM_BLOCKS");
-  p.item_blocks = item_blocks_wanted ? P.item_blocks : nullptr;
-  static const bool first_entry_wanted = sm90::env_switch_not_never("KBMLA_FIRST_ENTRY");
-  p.first_entry_early = first_entry_wanted;
   p.plan_header = P.device_planned ? P.header : nullptr;
   p.splits = P.splits;
   dim3 grid;

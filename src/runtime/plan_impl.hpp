@@ -27,7 +27,6 @@ struct DevicePlan::Impl {
   int device_sm_count = 0;    // SMs of the device the plan was made on (the combine's spread)
   int32_t* device = nullptr;  // one allocation holding every array below
   const int32_t* work_list = nullptr;
-  const int2* item_blocks = nullptr;  // host-made plans (DecodeParams::item_blocks)
   SplitTableView splits{};
   const int32_t* zero_fill = nullptr;
   const int32_t* split_requests_dev = nullptr;

@@ -2,8 +2,6 @@
 // validated DevicePlan and DecodeArgs.
 #pragma once
 
-#include <vector_types.h>
-
 #include <cstdint>
 
 #include "kbmla/schedulers.hpp"
@@ -83,11 +81,6 @@ struct DecodeParams {
   const DevicePlanHeader* plan_header;  // device-made plans: a failed plan means no work
   KernelPolicy policy;
   const int32_t* work_list;
-  // Host-made work-list plans: (bounds[off + s], bounds[off + s + 1]) of each work-list
-  // entry at its index (kNoWork entries: (0, 0)); null: resolve_item reads bounds_offset
-  // and bounds (device-made plans, static policies).
-  const int2* item_blocks;
-  bool first_entry_early;  // with item_blocks: Item::first_entry (KBMLA_FIRST_ENTRY=never: not)
   SplitTableView splits;
   StaticTileSchedulerParams sched;  // B, q tiles, cluster, split_kv (static) / B for decode
   int grid_ctas;                    // CTAs in the (flattened) grid

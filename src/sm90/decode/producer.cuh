@@ -424,8 +424,6 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
   int item_count = 0;  // items streamed
   [[maybe_unused]] int gated_items = 0;  // items with a Q gate (a Q stager counts the same ones)
   for_each_work_tile(p, [&](const WorkTileInfo& w) {
-    int32_t first_entry = 0;
-    const bool first_entry_read = !kv.small_pages() && read_first_entry_early(p, w, first_entry);
     const Item it = resolve_item(p, w);
     errors |= it.errors;
     if (!it.run) return;
@@ -448,10 +446,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
         }
       }
       const int stage = block_count % kStages;
-      // (The item's first block: its entry may have been read early, read_first_entry_early.)
-      const int32_t entry = blk == it.blk_begin && first_entry_read
-                                ? (lane == 0 ? first_entry : 0)
-                                : (mine ? kv.lane_entry(it.batch, blk, it.seqlen, lane) : 0);
+      const int32_t entry = mine ? kv.lane_entry(it.batch, blk, it.seqlen, lane) : 0;
       if constexpr (!kGatherRows && PagedKvLoader<QkBoxes, Smem>::kPartsOfPages) {
         kv.warm_translation(entry, blk, it.seqlen, lane, mine);
       }

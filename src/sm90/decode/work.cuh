@@ -46,20 +46,6 @@ class TileWalker {
   WorkListTileScheduler list_;
 };
 
-// The KV loader, pages of 64+ tokens, with DecodeParams::item_blocks: the block-table entry
-// of the page holding the item's first block, read before resolve_item so that it travels
-// beside the request's seqlen instead of after it (the loader's own read of the entry
-// waits for the item's checks). Any entry of the request's row lies inside the table,
-// whatever the seqlen says. Returns false when not read.
-__device__ __forceinline__ bool read_first_entry_early(const DecodeParams& p, const WorkTileInfo& w,
-                                                       int32_t& entry) {
-  if (!p.first_entry_early || p.item_blocks == nullptr || w.list_index < 0 || p.page_log2 < 6) return false;
-  const int page = p.item_blocks[w.list_index].x >> (p.page_log2 - 6);
-  if (page < 0 || page >= p.max_pages) return false;
-  entry = p.block_table[int64_t{w.batch} * p.max_pages + page];
-  return true;
-}
-
 // A device-made plan that failed means no work: every CTA returns (the header is one for
 // the grid, so a cluster leaves together before any multicast); CTA 0 reports it.
 __device__ __forceinline__ bool plan_failed(const DecodeParams& p) {
@@ -94,13 +80,6 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   it.batch = w.batch;
   it.split = w.split;
   it.slot = -1;
-  // A work-list item's block range comes from the plan's copy at its list index
-  // (DecodeParams::item_blocks), loaded first: it needs only the index, so it travels
-  // beside the work-list entry, and the request's seqlen, num_splits and first_slot
-  // beside each other after it. Through bounds_offset and bounds it was two more dependent
-  // loads, ~0.5 us each (bench/NOTES.md v49), before the first KV box of every CTA.
-  int2 block_range = make_int2(0, 0);
-  if (p.item_blocks != nullptr && w.list_index >= 0) block_range = p.item_blocks[w.list_index];
   int L = p.seqlens[w.batch];
   if (L < 0) {
     it.errors |= kErrSeqlenNegative;
@@ -117,18 +96,11 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   const int tile_begin = w.q_tile * p.tile_rows;
   it.row_begin = tile_begin + w.cta_in_cluster * kRowsPerCta;
   const int ns = p.splits.num_splits[w.batch];
-  const int first_slot = p.splits.first_slot[w.batch];  // (unconditional: loads beside ns, not after it)
   it.run = tile_begin < p.rows && ns > 0 && w.split < ns;
   if (!it.run) return it;
-  int b0, b1;
-  if (p.item_blocks != nullptr && w.list_index >= 0) {
-    b0 = block_range.x;
-    b1 = block_range.y;
-  } else {
-    const int off = p.splits.bounds_offset[w.batch];
-    b0 = p.splits.bounds[off + w.split];
-    b1 = p.splits.bounds[off + w.split + 1];
-  }
+  const int off = p.splits.bounds_offset[w.batch];
+  const int b0 = p.splits.bounds[off + w.split];
+  const int b1 = p.splits.bounds[off + w.split + 1];
   const int blocks = (L + kBlockTokens - 1) / kBlockTokens;
   // The last split must end exactly at the request's last block: otherwise the seqlens
   // on the device are not the ones the plan was made for.
@@ -137,7 +109,7 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   const int visible_blocks = (visible_keys(p, w.batch, L, last_row) + kBlockTokens - 1) / kBlockTokens;
   it.blk_begin = b0;
   it.blk_end = max(b0, min(b1, visible_blocks));
-  if (ns > 1) it.slot = first_slot + w.split;
+  if (ns > 1) it.slot = p.splits.first_slot[w.batch] + w.split;
   return it;
 }
 
