@@ -193,7 +193,10 @@ def main(argv=None):
         trio = runs[k:k + 3]
         stamps = ", ".join(f"{r.get('commit')} {r.get('date')}" for r in trio)
         copies = ", ".join("%.0f" % r["copy_gbps"] for r in trio)
-        print(f"run {k // 3 + 1}: {stamps}; copy {copies} GB/s")
+        # Each case's start: an idle GPU (cool_ms, bench --cool-ms) or back to back (0, absent
+        # before v49: the previous case's power draw set the next one's clock).
+        cools = ", ".join(str(r.get("cool_ms", 0)) for r in trio)
+        print(f"run {k // 3 + 1}: {stamps}; copy {copies} GB/s; cool {cools} ms")
         reports.append(evaluate(*trio, public))
     print(reports[0].text() if len(reports) == 1 else summarize(reports, public))
 

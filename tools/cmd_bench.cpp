@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <thread>
 #include <ctime>
 #include <fstream>
 #include <optional>
@@ -50,6 +51,7 @@ struct BenchOptions {
   int runs = 50;
   int warmup = 10;
   int heat_ms = 0;  // run each timed call back to back this long first: the power-capped steady state
+  int cool_ms = 1000;  // idle this long before each case's timed measurement (NOTES v49)
   int sms = 0;
   int page_size = 0;  // 0: each case's own
   int page_runs = 1;  // physically consecutive pages per run of the random placement
@@ -306,6 +308,10 @@ int run_bench(const BenchOptions& o) {
       if (mode == sm90::KernelMode::kFull) m.path = describe_decode(plan, kv[0], q_e4m3 ? QDtype::kFp8E4m3 : QDtype::kBFloat16);
       DeviceBuffer ws(plan.workspace_bytes());
       const DecodeArgs a = case_args(plan, ws);
+      // The previous case's power draw lowers the clock of the next for ~1 s (the 128-head
+      // cases leave B1 at 1785 MHz, NOTES v49): each case starts from an idle GPU, the
+      // state the copy ceiling was measured in.
+      if (o.cool_ms > 0 && rotated_too) std::this_thread::sleep_for(std::chrono::milliseconds(o.cool_ms));
       if (o.heat_ms > 0 && rotated_too) {
         // Synchronised calls, as the timed runs are, until the power controller has settled
         // (the clock falls within ~0.2 s of sustained load and settles in ~1 s, NOTES v35).
@@ -538,6 +544,7 @@ int run_bench(const BenchOptions& o) {
                           {"date", date},    {"copy_gbps", copy_gbps}, {"empty_kernel_us", empty_launch_us},   {"results", results}};
     if (copy_clock.samples > 0) doc["copy_sm_clock_mhz"] = copy_clock.mean_sm_mhz;
     doc["heat_ms"] = o.heat_ms;
+    doc["cool_ms"] = o.cool_ms;
     std::ofstream f(o.json_path);
     require(f.good(), "bench: cannot write '", o.json_path, "'");
     f << doc.dump(1) << "\n";
@@ -561,7 +568,11 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--warmup", o->warmup, "Warm-up runs")->check(CLI::Range(1, 10000));
   cmd->add_option("--heat-ms", o->heat_ms,
                   "Before each policy's timed measurement, run the call back to back this many ms (default 0: "
-                  "each case starts from an idle GPU; ~1500 reaches the power-capped clock of sustained serving)")
+                  "a burst from an idle GPU; ~1500 reaches the power-capped clock of sustained serving)")
+      ->check(CLI::Range(0, 600000));
+  cmd->add_option("--cool-ms", o->cool_ms,
+                  "Before each case's timed measurement, leave the GPU idle this many ms so that the previous "
+                  "case's power draw no longer holds its clock down (default 1000; 0: back to back)")
       ->check(CLI::Range(0, 600000));
   cmd->add_option("--page-size", o->page_size, "Cache page size for every case (default 0: the case's, else 64)")
       ->check(CLI::IsMember({0, 1, 2, 4, 8, 16, 32, 64, 128, 256}));
