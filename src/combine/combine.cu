@@ -470,15 +470,9 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 // attribute belongs to the device's context: engines drive one GPU per thread).
 template <int kWarps, class Partial, int kForm>
 void reserve_spread_smem() {
-  static PerDevice<bool> reserved;
-  reserved.get([](int device) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(combine_kernel<kWarps, Partial, kForm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             kSpreadSmemBytes);
-    require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
-            " bytes of shared memory per block on device ", device, ": ", cudaGetErrorString(err));
-    return true;
-  });
+  const cudaError_t err = reserve_dynamic_smem<combine_kernel<kWarps, Partial, kForm>>(kSpreadSmemBytes);
+  require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
+          " bytes of shared memory per block: ", cudaGetErrorString(err));
 }
 
 // A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).

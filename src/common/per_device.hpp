@@ -30,4 +30,14 @@ class PerDevice {
   std::vector<std::optional<T>> slots_;
 };
 
+// A kernel's opt-in to `bytes` of dynamic shared memory (above the default 48 KiB), made once
+// per kernel and device: the attribute belongs to the device's context, so a process that
+// drives several GPUs (a thread each) needs it on every one. Returns the attempt's result.
+template <auto Kernel>
+cudaError_t reserve_dynamic_smem(int bytes) {
+  static PerDevice<cudaError_t> reserved;
+  return reserved.get(
+      [bytes](int) { return cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes); });
+}
+
 }  // namespace kbmla

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 #include "src/plan/device_probes.cuh"
 #include "src/plan/device_walk_data.cuh"
 #include "src/plan/slot_walk.hpp"
@@ -291,8 +292,7 @@ void launch_device_planner(const PlanShape& shape, const int32_t* seqlens, const
                            cudaStream_t stream) {
   require(shape.fixed_grid, "device planner: the shape must use the fixed-grid form");
   require(out.plan.cluster_cost == nullptr, "device planner: cluster_cost is not written on the device; pass null");
-  static const cudaError_t attr_err = cudaFuncSetAttribute(
-      device_planner_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxPlannerSmem));
+  const cudaError_t attr_err = reserve_dynamic_smem<device_planner_kernel>(int(kMaxPlannerSmem));
   require(attr_err == cudaSuccess, "device planner: cannot reserve ", kMaxPlannerSmem, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   const WalkBytes bytes = walk_bytes(shape.batch, shape.num_ctas / shape.cluster_size);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 #include "src/sm90/decode/consumer.cuh"
 #include "src/sm90/decode/consumer_narrow.cuh"
 #include "src/sm90/decode/producer.cuh"
@@ -99,8 +100,7 @@ template <KernelMode Mode, int QkBoxes, bool kGatherRows = false, bool kTwoLoade
 void launch_mode(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                  cudaStream_t stream) {
   constexpr auto kernel = mla_decode_bf16_kernel<Mode, QkBoxes, kGatherRows, kTwoLoaders, kNarrow>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(SmemLayout::alloc));
   launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_map, p, grid, stream, "decode");
 }
 }  // namespace
@@ -117,9 +117,8 @@ bool bf16_narrow_enabled() { return env_switch_not_never("KBMLA_BF16_NARROW"); }
 
 int max_active_clusters(int cluster_size) {
   require(cluster_size == 1 || cluster_size == 2, "decode: cluster size (", cluster_size, ") must be 1 or 2");
-  auto kernel = mla_decode_bf16_kernel<KernelMode::kFull, kQkBoxes, false>;
-  const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  constexpr auto kernel = mla_decode_bf16_kernel<KernelMode::kFull, kQkBoxes, false>;
+  const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(SmemLayout::alloc));
   require(attr_err == cudaSuccess, "decode: cannot reserve ", SmemLayout::alloc, " bytes of shared memory: ",
           cudaGetErrorString(attr_err));
   cudaLaunchAttribute attrs[2];

@@ -2,6 +2,7 @@
 // Full mode only; pages of 2..256 tokens through TMA, one-token pages by a cp.async row
 // gather. See config_fp8.hpp.
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 #include "src/sm90/decode/consumer_fp8.cuh"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/producer.cuh"
@@ -99,8 +100,7 @@ template <int QkBoxes, int kAcc, bool kTwoCopies = false, bool kTwoLoaders = fal
 void launch(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid, cudaStream_t stream,
             bool after_quantiser) {
   constexpr auto kernel = mla_decode_fp8_kernel<QkBoxes, kAcc, kTwoCopies, kTwoLoaders>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(SmemLayout::alloc));
+  const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(SmemLayout::alloc));
   // After the Q quantiser, a programmatic dependent of it: the KV stream starts while Q
   // is quantised. Not after a caller's kernel, which may still be writing the cache.
   launch_clustered(kernel, SmemLayout::alloc, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8)",

@@ -2,6 +2,7 @@
 // point and launch. Pages of 2..256 tokens through TMA, one-token pages by the cp.async
 // row gather. See config_fp8_block.hpp.
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 #include "src/sm90/decode/consumer_fp8_block.cuh"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/producer.cuh"
@@ -83,8 +84,7 @@ void launch_block(const QMaps& q_maps, const KvBlockMaps& kv_maps, const DecodeP
                   cudaStream_t stream, bool after_quantiser) {
   constexpr auto kernel = fp8_block::mla_decode_fp8_block_kernel<kAcc, kTwoLoaders>;
   constexpr uint32_t smem_bytes = fp8_block::SmemLayoutT<kAcc == 8>::alloc;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
+  const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(smem_bytes));
   // After the Q quantiser, its programmatic dependent (kernel_fp8.cu says why).
   launch_clustered(kernel, smem_bytes, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 per-block)",
                    /*programmatic=*/after_quantiser);

@@ -3,6 +3,7 @@
 // (consumer_fp8_block_split.cuh); kernel.hpp, fp8_block_split_roles, says which calls
 // take it. Q comes by TMA (the quantiser's e4m3 latent part, the bf16 rope).
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 #include "src/sm90/decode/consumer_fp8_block_split.cuh"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/producer.cuh"
@@ -80,8 +81,7 @@ void launch_block_split(const QMaps& q_maps, const KvBlockMaps& kv_maps, const D
                         cudaStream_t stream, bool after_quantiser) {
   constexpr auto kernel = fp8_block::mla_decode_fp8_block_split_kernel<kTwoLoaders, kPvAcc>;
   constexpr uint32_t smem_bytes = fp8_block::BlockSplitLayout::alloc;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes));
+  const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(smem_bytes));
   launch_clustered(kernel, smem_bytes, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 per-block split)",
                    /*programmatic=*/after_quantiser, fp8::kSplitThreads);
 }

@@ -4,6 +4,7 @@
 // which calls take it. Q comes by TMA (the quantiser's or the caller's e4m3 Q) or, with
 // p.q_staged, as bf16 rows by TMA that the softmax warpgroup quantises (q_staged_fp8.cuh).
 #include "kbmla/error.hpp"
+#include "src/common/per_device.hpp"
 #include "src/sm90/decode/consumer_fp8_split.cuh"
 #include "src/sm90/decode/kernel.hpp"
 #include "src/sm90/decode/producer.cuh"
@@ -120,8 +121,7 @@ template <int QkBoxes, bool kTwoLoaders = false, int kPvAcc = 32>
 void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                   cudaStream_t stream, bool after_quantiser) {
   constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes, kTwoLoaders, kPvAcc>;
-  static const cudaError_t attr_err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(fp8::SplitSmemLayout::alloc));
+  const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(fp8::SplitSmemLayout::alloc));
   launch_clustered(kernel, fp8::SplitSmemLayout::alloc, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 split)",
                    /*programmatic=*/after_quantiser, fp8::kSplitThreads);
 }
