@@ -34,6 +34,8 @@
 
 #include <cstdint>
 
+#include "src/sm90/decode/named_barriers.hpp"
+
 namespace kbmla::sm90 {
 
 constexpr int kRowsPerCta = 64;      // wgmma M
@@ -99,9 +101,6 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * kConsumerThreads <= kLaunchR
 static_assert(kGatherProducerRegs * 128 + kGatherConsumerRegs * kConsumerThreads <= kLaunchRegs * kThreads,
               "register budget (row gather)");
 
-// Named barriers (0 is __syncthreads): consumers only, 256 threads.
-constexpr uint32_t kBarP = 1;        // P and row_scale of the block are written
-constexpr uint32_t kBarPFree = 2;    // consumer 1 finished reading P and row_scale (arrive/sync)
-constexpr uint32_t kBarRowStats = 3; // the item's row statistics are written
+// Named barriers: named_barriers.hpp.
 
 }  // namespace kbmla::sm90

@@ -83,13 +83,8 @@ static_assert(kPBox * kBoxBytes == kRopeBoxOffset, "the rope box is where the 64
 //    It alternates between two ids by the parity of block_count / 2: the owner may write
 //    the P of its next block before the other has synced on this one's;
 //  kBarFp8OwnerP: the owner's four warps (128 threads): their flags OR-ed, their P complete.
-constexpr uint32_t kBarFp8StatsReady = 6;  // 6, 7
-constexpr uint32_t kBarFp8OwnerP = 8;      // 8, 9
 // kBarFp8QReady: both consumers wrote their rows of the item's Q tile (q_inline_fp8.cuh).
-constexpr uint32_t kBarFp8QReady = 12;
-__host__ __device__ constexpr uint32_t p_ready_barrier(int owner, int block_count) {
-  return ((block_count >> 1) & 1 ? 10u : 4u) + uint32_t(owner);  // 4, 5 or 10, 11
-}
+// (The ids: named_barriers.hpp.)
 
 // The layout for a ring of kRing stages (SmemLayout: kStages; the split-role kernel's
 // SplitSmemLayout: kSplitStages, consumer_fp8_split.cuh).

@@ -27,9 +27,7 @@ constexpr int kBlockSplitPvRegs = 176;
 static_assert(kBlockSplitProducerRegs + kBlockSplitSoftmaxRegs + 2 * kBlockSplitPvRegs == 65536 / 128,
               "register pool of 512 threads");
 
-// Named barriers of the P V warpgroups' tiles (8, 9: the alternating kernel's
-// kBarFp8OwnerP, unused here).
-constexpr uint32_t kBarBlockSplitPvTiles = 8;
+// kBarBlockSplitPvTiles + pv (named_barriers.hpp): the P V warpgroups' tiles.
 
 // Probe builds only (bench/build_variant.sh NAME -DKBMLA_BLOCK_SPLIT_SPIKE=N
 // kernel_fp8_block_split.cu; wrong outputs, timing only): bit 1, the P V warpgroups skip

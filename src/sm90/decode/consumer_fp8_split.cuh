@@ -36,8 +36,8 @@ constexpr int kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
 // Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
 // the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
 constexpr int kSplitStages = 4;
-// The softmax warpgroup's own barrier: its four warps wrote the item's quantised Q.
-constexpr uint32_t kBarSplitSoftmaxQ = 13;
+// kBarSplitSoftmaxQ (named_barriers.hpp): the softmax warpgroup's four warps wrote the
+// item's quantised Q.
 constexpr int kSplitProducerRegs = 48;
 constexpr int kSplitSoftmaxRegs = 112;
 constexpr int kSplitPvRegs = 176;

@@ -24,8 +24,8 @@
 
 namespace kbmla::sm90 {
 
-// Consumer 0's four warps: their per-row partial maxima (or sums) are in the scratch.
-constexpr uint32_t kBarNarrowReduce = 4;
+// kBarNarrowReduce (named_barriers.hpp): consumer 0's four warps' per-row partial maxima
+// (or sums) are in the scratch.
 // The scratch for those partials: float [4 warps][16 rows], in the P tile past the 16 rows
 // of P (2 KiB), which narrow tiles never use.
 constexpr uint32_t kNarrowScratchOffset = 4096;

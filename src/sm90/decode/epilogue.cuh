@@ -141,10 +141,10 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   }
 }
 
-// The barrier of an item's writers after its partials: in every decode kernel the two
-// warpgroups that write the output (the bf16 consumers, the fp8 consumers or P V
-// warpgroups), 256 threads; an id no kernel uses for anything else.
-constexpr uint32_t kBarPartialsWritten = 14;
+// The barrier of an item's writers after its partials (kBarPartialsWritten,
+// named_barriers.hpp: an id no kernel uses for anything else): in every decode kernel the
+// two warpgroups that write the output (the bf16 consumers, the fp8 consumers or P V
+// warpgroups), 256 threads.
 constexpr uint32_t kPartialWriterThreads = 256;
 
 // Called by each of the 256 writers (`writer` 0..255) after its share of the item's
