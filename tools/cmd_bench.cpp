@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <thread>
 #include <ctime>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>

@@ -471,8 +471,12 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 template <int kWarps, class Partial, int kForm>
 void reserve_spread_smem() {
   const cudaError_t err = reserve_dynamic_smem<combine_kernel<kWarps, Partial, kForm>>(kSpreadSmemBytes);
-  require(err == cudaSuccess, "combine: cannot reserve ", kSpreadSmemBytes,
-          " bytes of shared memory per block: ", cudaGetErrorString(err));
+  if (err != cudaSuccess) {
+    int device = -1;
+    cudaGetDevice(&device);
+    require(false, "combine: cannot reserve ", kSpreadSmemBytes, " bytes of shared memory per block on device ",
+            device, ": ", cudaGetErrorString(err));
+  }
 }
 
 // A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).

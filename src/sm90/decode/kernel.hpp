@@ -48,8 +48,8 @@ cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_size, uint32_t smem_byt
                                   cudaLaunchAttribute (&attrs)[2], bool programmatic, int threads = kThreads);
 
 // What every decode kernel's launch shares: `threads` threads, `smem_bytes` of dynamic shared
-// memory (attr_err: the kernel's limit raise, done once per kernel by the caller),
-// p.cluster_size-CTA clusters, the arguments (q_maps, kv_map, p). Throws naming `who`.
+// memory (attr_err: the kernel's limit raise, done once per kernel and device by the caller,
+// reserve_dynamic_smem), p.cluster_size-CTA clusters, the arguments (q_maps, kv_map, p). Throws naming `who`.
 // `programmatic`: a programmatic dependent of the previous kernel in the stream (the fp8
 // Q quantiser), which must then be waited for (griddepcontrol.wait) before its output is read.
 // KvMaps: the kernel's cache maps (CUtensorMap, KvFp8Maps, KvBlockMaps).
