@@ -132,6 +132,14 @@ __device__ __forceinline__ void publish_row_stats(float2* stats, int lane, int r
 template <int QkBoxes, bool kSoftmaxOwner>
 struct TileMath64 {
   static constexpr int wg = kSoftmaxOwner ? 0 : 1;
+  // The column groups of write_p (bit i: columns 8i..8i+7) whose exponentials run on the
+  // FMA pipe (fma_exp2) instead of the SFU. Consumer 0's P is on the critical path of
+  // every block (both P V wait for it, the tensor cores idle), and with all 32 on the SFU
+  // its stretch from S to the P barrier is SFU-bound: 8 cycles an SFU instruction, ~256 of
+  // the ~325 cycles ptxas schedules there, with half the issue slots empty. Groups 3 and 7
+  // (8 of 32) bring that to ~255 cycles; 12 or 16 make the stretch issue-bound and measured
+  // slower (bench/NOTES.md v50).
+  static constexpr unsigned kFmaExp2Columns = 0x88;
   int tid, lane, r0, r1, col_pair;
   float* row_scale;  // [64]
   uint8_t* p_tile;
@@ -194,10 +202,12 @@ struct TileMath64 {
     const uint32_t p_row0 = swizzled_offset(r0, col_pair), p_row1 = swizzled_offset(r1, col_pair);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const float p00 = fast_exp2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
-      const float p01 = fast_exp2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
-      const float p10 = fast_exp2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
-      const float p11 = fast_exp2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
+      const bool on_fma = (kFmaExp2Columns >> i) & 1;
+      const auto exp2 = [on_fma](float x) { return on_fma ? fma_exp2(x) : fast_exp2(x); };
+      const float p00 = exp2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
+      const float p01 = exp2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
+      const float p10 = exp2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
+      const float p11 = exp2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
       sum0 += p00 + p01;
       sum1 += p10 + p11;
       // Swizzled address of (row, 8i + col_pair): the 16-byte chunk index is i ^ (row % 8),
