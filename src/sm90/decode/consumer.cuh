@@ -15,6 +15,7 @@
 
 #include "src/sm90/decode/consumer_loop.cuh"
 #include "src/sm90/decode/epilogue.cuh"
+#include "src/sm90/decode/fma_exp2.hpp"
 #include "src/sm90/decode/primitives.cuh"
 #include "src/sm90/decode/work.cuh"
 

@@ -90,25 +90,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x on the FMA and integer pipes instead of the special-function unit, for x <= 127.
-// The SFU takes 8 cycles per warp instruction on an SM sub-partition, so a softmax of 32
-// exponentials per thread is SFU-bound while most issue slots stay empty; routing some of
-// them here trades 8 issued instructions for one SFU slot. x is clamped to -127 and
-// split as j + f with j = round(x) (the 1.5 * 2^23 addition leaves j in the low mantissa
-// bits) and |f| <= 1/2; 2^f is a cubic with constant term 1 (max relative error 1.04e-4,
-// far below bf16's 2^-9 rounding of P); 2^j is added to the exponent field. x = -127
-// gives exactly +0 (1.0's exponent 127 minus 127), so masked keys (-inf) give P = 0 as
-// with ex2; x in (-127, -126) gives a denormal, which the bf16 P and the fp32 sums treat as
-// (nearly) zero.
-__device__ __forceinline__ float fma_exp2(float x) {
-  constexpr float kRoundMagic = 12582912.f;  // 1.5 * 2^23
-  x = fmaxf(x, -127.f);
-  const float t = __fadd_rn(x, kRoundMagic);
-  const float f = __fsub_rn(x, __fsub_rn(t, kRoundMagic));
-  const float p = fmaf(fmaf(fmaf(0.05500891f, f, 0.242211f), f, 0.69328293f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 // One 64 x 64 bf16 box of Q (2D map: [rows][576]) into a 128B-swizzled 8 KiB tile.
 __device__ __forceinline__ void tma_load_q_box(const CUtensorMap* map, uint64_t* bar, void* dst, int col, int row) {
   cute::SM90_TMA_LOAD_2D::copy(map, bar, 0, dst, col, row);
