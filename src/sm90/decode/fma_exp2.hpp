@@ -33,7 +33,7 @@ KBMLA_HOST_DEVICE inline float fma_exp2(float x) {
   const float t = __fadd_rn(x, kRoundMagic);
   const float f = __fsub_rn(x, __fsub_rn(t, kRoundMagic));
   const float p = fmaf(fmaf(fmaf(0.05500891f, f, 0.242211f), f, 0.69328293f), f, 1.f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(t) << 23));  // unsigned: wraps, as meant
 #else
   x = std::fmax(x, -127.f);  // fmax, like fmaxf on the device, returns -127 for NaN
   const float t = x + kRoundMagic;
