@@ -204,11 +204,11 @@ struct TileMath64 {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const bool on_fma = (kFmaExp2Columns >> i) & 1;
-      const auto exp2 = [on_fma](float x) { return on_fma ? fma_exp2(x) : fast_exp2(x); };
-      const float p00 = exp2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
-      const float p01 = exp2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
-      const float p10 = exp2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
-      const float p11 = exp2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
+      const auto power_of_2 = [on_fma](float x) { return on_fma ? fma_exp2(x) : fast_exp2(x); };
+      const float p00 = power_of_2(fmaf(s[4 * i + 0], p.scale_log2, neg_base0));
+      const float p01 = power_of_2(fmaf(s[4 * i + 1], p.scale_log2, neg_base0));
+      const float p10 = power_of_2(fmaf(s[4 * i + 2], p.scale_log2, neg_base1));
+      const float p11 = power_of_2(fmaf(s[4 * i + 3], p.scale_log2, neg_base1));
       sum0 += p00 + p01;
       sum1 += p10 + p11;
       // Swizzled address of (row, 8i + col_pair): the 16-byte chunk index is i ^ (row % 8),
