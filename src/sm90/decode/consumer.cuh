@@ -138,8 +138,8 @@ struct TileMath64 {
   // every block (both P V wait for it, the tensor cores idle), and with all 32 on the SFU
   // its stretch from S to the P barrier is SFU-bound: 8 cycles an SFU instruction, ~256 of
   // the ~325 cycles ptxas schedules there, with half the issue slots empty. Groups 3 and 7
-  // (8 of 32) bring that to ~255 cycles; 12 or 16 make the stretch issue-bound and measured
-  // slower (bench/NOTES.md v50).
+  // (8 of 32) bring that to ~255 cycles; 4, 12 or 16 measured no faster than 8 (past 8 the
+  // stretch is issue-bound; bench/NOTES.md v50).
   static constexpr unsigned kFmaExp2Columns = 0x88;
   int tid, lane, r0, r1, col_pair;
   float* row_scale;  // [64]
