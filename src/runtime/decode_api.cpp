@@ -464,8 +464,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   p.output = output;
   p.partial_o = ws_base + ws.partial_o_offset;
   p.partial_lse = reinterpret_cast<float*>(ws_base + ws.partial_lse_offset);
-  CombineParams cp = detail::combine_plan_params(P);
-  const bool early_merges = mode == sm90::KernelMode::kFull && with_combine && detail::early_merges_wanted(P, cp);
+  // The merge's parameters only where this call merges (load-only and no-combine calls skip them).
+  const bool merges = mode == sm90::KernelMode::kFull && with_combine;
+  CombineParams cp = merges ? detail::combine_plan_params(P) : CombineParams{};
+  const bool early_merges = merges && detail::early_merges_wanted(P, cp);
   CombineSync* const sync = reinterpret_cast<CombineSync*>(ws_base + kCombineSyncOffset);
   p.piece_flags = early_merges ? reinterpret_cast<unsigned long long*>(ws_base + ws.piece_flags_offset) : nullptr;
   p.piece_row_groups = piece_row_groups(c.heads * c.q_len);
@@ -521,7 +523,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::launch_decode_bf16(q_maps, kv_map, p, grid, stream, mode);
     }
   }
-  if (mode != sm90::KernelMode::kFull || !with_combine) return;
+  if (!merges) return;
 
   cp.timeline = a.combine_timeline;
   cp.partial_o = p.partial_o;
