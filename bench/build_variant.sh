@@ -3,6 +3,7 @@
 # recompiled with extra nvcc flags (e.g. -DKBMLA_FP8_EXPERIMENT_MODE=1, the load-only
 # spike), linked into build-alt/NAME/kbmla; build/ is left as it is.
 # Usage: bench/build_variant.sh NAME "FLAGS" kernel_fp8_split.cu [kernel_fp8.cu ...]
+# (KBMLA_VARIANT_TESTS=1: also build-alt/NAME/kbmla_gpu_tests.)
 # The compile commands are build/'s own (ninja -t commands) minus the dependency-file
 # options: reusing -MD -MF made ninja record no header dependencies for those objects
 # afterwards, so header edits stopped rebuilding them (bench/NOTES.md v37).
@@ -31,3 +32,13 @@ link=${link//libkbmla_cuda.a/$work/libkbmla_cuda.a}
 link=${link/-o kbmla/-o $root/build-alt/$name/kbmla}
 eval "$link"
 echo "build-alt/$name/kbmla"
+# With KBMLA_VARIANT_TESTS=1, the GPU test binary too (build-alt/NAME/kbmla_gpu_tests), so
+# that a variant's kernels pass the GPU tiers before their timings count.
+if [ "${KBMLA_VARIANT_TESTS:-0}" = 1 ]; then
+  ninja tests/kbmla_gpu_tests >/dev/null
+  link=$(ninja -t commands tests/kbmla_gpu_tests | tail -1)
+  link=${link//libkbmla_cuda.a/$work/libkbmla_cuda.a}
+  link=${link/-o tests\/kbmla_gpu_tests/-o $root/build-alt/$name/kbmla_gpu_tests}
+  eval "$link"
+  echo "build-alt/$name/kbmla_gpu_tests"
+fi

@@ -1,19 +1,26 @@
 // The per-block-scale fp8 kernel for tiles of 17..64 rows with split consumer roles, as the
 // per-tensor one (consumer_fp8_split.cuh): one softmax warpgroup computes S (the group fold
-// of consumer_fp8_block.cuh), the online softmax and the block's P in f16 over the stage's
-// bf16 rope box (S has read it; it lives as long as the stage); two P V warpgroups each
-// make the e4m3 P tiles of their two groups from it (P x scale_g[token] / M_g, the
-// alternating kernel's write_p_tiles, split between them), add the groups of their 256
-// dims and write the output. The tiles were the softmax warpgroup's, 17 % of its samples on
-// the critical path (ncu, lognormal_H16_Sq4), while the P V warpgroups waited for P about
-// half of theirs. Each P V warpgroup's two tiles have one 8 KiB buffer (the alternating
-// kernel's own-P buffers): it rewrites them only after its last block's wgmma completed.
+// of consumer_fp8_block.cuh), the online softmax and the block's P, one e4m3 tile (the
+// per-tensor kernel's token order) over the stage's bf16 rope box (S has read it; it lives
+// as long as the stage); two P V warpgroups each add O^T_g += (V^T_g x scale_g[token] / M_g)
+// P^T for their two groups (256 dims), the group factors applied to the V^T fragments in
+// registers (e4m3 -> f16, times the helper's half2 ratio pairs, -> e4m3), and write the
+// output.
+// Why V and not P (bench/NOTES.md v51): P x scale_g / M_g needs a P tile per group, which
+// the P V warpgroups made from an f16 P in shared memory (the f16 round trip, four tile
+// stores and a named barrier a block); with the factors on V the block's shared-memory
+// traffic is ~250 wavefronts less (of ~2,050, ncu: the per-block kernels ran the L1 at
+// 65-70 % of its peak, the per-tensor ones 53-59 %), for ~190 conversion instructions a P
+// V thread. Measured -1..-4 % on the 64-row per-block cases. Accuracy: V is rounded twice
+// (its e4m3 value times the factor, back to e4m3); the GPU tests' arbitrary-scale caches
+// measured up to 3.0 % relative error (was 2.8 %), worst row 3.8 % (3.5 %).
 // The row factors and rescale flag of a block are per stage (the hand-over slots' row
-// maxima are unused here, and the per-stage factors fit in their place).
+// maxima are unused here, and the per-stage factors fit in their place). The layout's
+// own-P buffers (the alternating kernel's) are unused.
 // Registers (512 threads): producer 40 (loader, Q loader, scale helper; as the alternating
-// kernel's), softmax 120 (S and one group's product, 64, while it folds), P V 176 (O^T 128
-// and the V^T fragments of one k-step, 16, or the P pairs and tile words, 28; a few
-// loop-invariant spills there, and P V at 184 with softmax 104, no spills, measured level).
+// kernel's), softmax 120 (S and one group's product, 64, while it folds), P V 176 (O^T 128,
+// the V^T fragments of one k-step, 16, and their factor pairs, 8; no spills in the block
+// loop: the P tiles' version reloaded six spilled loop invariants a block there).
 #pragma once
 
 #include "src/sm90/decode/consumer_fp8_block.cuh"
@@ -27,13 +34,11 @@ constexpr int kBlockSplitPvRegs = 176;
 static_assert(kBlockSplitProducerRegs + kBlockSplitSoftmaxRegs + 2 * kBlockSplitPvRegs == 65536 / 128,
               "register pool of 512 threads");
 
-// kBarBlockSplitPvTiles + pv (named_barriers.hpp): the P V warpgroups' tiles.
-
 // Probe builds only (bench/build_variant.sh NAME -DKBMLA_BLOCK_SPLIT_SPIKE=N
-// kernel_fp8_block_split.cu; wrong outputs, timing only): bit 1, the P V warpgroups skip
-// their P tiles; bit 2, S has group 0's product only; bit 4, P V skips its V^T loads and
-// wgmma. Which role's work sets the pace (bench/NOTES.md v39: each shortens the call, so
-// no single role does). 0, the shipped kernel (its SASS unchanged).
+// kernel_fp8_block_split.cu; wrong outputs, timing only): bit 2, S has group 0's product
+// only; bit 4, P V skips its V^T loads, their factors and its wgmma. Which role's work sets
+// the pace (bench/NOTES.md v39: each shortens the call, so no single role does; bit 1,
+// which skipped the P tiles, went with them in v51). 0, the shipped kernel.
 #ifndef KBMLA_BLOCK_SPLIT_SPIKE
 #define KBMLA_BLOCK_SPLIT_SPIKE 0
 #endif
@@ -44,73 +49,84 @@ struct BlockSplitLayout : SmemLayoutT<false> {
   // Per-stage row factors over the hand-over slots' row_scale and row_max (both unused).
   static_assert(Base::row_scale + 4 * Base::kStages * kRowsPerCta <= Base::group_factors, "per-stage row factors");
   static_assert(Base::kStages * 4 <= Base::row_scale - Base::rescale_flags, "per-stage rescale flags");
-  // The P tiles of P V warpgroup pv: [2 groups][kPBytes] at own_p + pv x kPvTileBytes.
-  static constexpr uint32_t kPvTileBytes = 2 * Base::kPBytes;
-  // The block's P in f16 over the stage's rope box: [64 rows][128 bytes].
-  static_assert(kRowsPerCta * kBlockTokens * 2 <= (kQkBoxes - kRopeBox) * fp8::kBoxBytes, "f16 P fits the rope box");
+  // The block's P (e4m3, 64 rows x 64 tokens, 64-byte swizzle) over the stage's rope box.
+  static_assert(kRowsPerCta * kBlockTokens <= (kQkBoxes - kRopeBox) * fp8::kBoxBytes, "P fits the rope box");
+  static_assert((kRopeBox * fp8::kBoxBytes) % 512 == 0, "P is swizzled (512-byte atoms)");
   static constexpr uint32_t split_barriers = (Base::end + 7) / 8 * 8;
   static constexpr uint32_t split_end = split_barriers + fp8::SplitBarriers<Base::kStages>::kBytes;
   static constexpr uint32_t alloc = split_end + 1024;
 };
 static_assert(BlockSplitLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
 
-// The block's P (fp32, the S fragment layout) in f16 at p16: [64 rows][128 bytes], row r's
-// 16-byte chunk k at 16 (k ^ (r % 8)) (conflict-free for these stores and for
-// scale_p_tiles' loads). The lane's pairs of row r, tokens 8i + 2c + {0, 1} (c = lane % 4),
-// fill chunks 2c (i = 0..3) and 2c + 1 (i = 4..7).
-__device__ __forceinline__ void store_p_f16(const float (&p)[32], uint8_t* p16, int r0, int r1, int lane) {
-  const int c = lane % 4;
-  auto h2 = [](float a, float b) {
-    const __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<const uint32_t*>(&h);
-  };
+// P (fp32 in the S fragment layout, s of BlockWideRows after exponentials) as one e4m3
+// tile in fp8::WideRows::write_p's token order, 64-byte rows with the 64-byte swizzle.
+__device__ __forceinline__ void store_p_e4m3(const float (&p)[32], uint8_t* tile, int r0, int r1, int col_pair) {
 #pragma unroll
-  for (int q = 0; q < 2; ++q) {
-    const int i = 4 * q;
-    *reinterpret_cast<uint4*>(p16 + r0 * 128 + 16 * ((2 * c + q) ^ (r0 % 8))) =
-        make_uint4(h2(p[4 * i + 0], p[4 * i + 1]), h2(p[4 * i + 4], p[4 * i + 5]), h2(p[4 * i + 8], p[4 * i + 9]),
-                   h2(p[4 * i + 12], p[4 * i + 13]));
-    *reinterpret_cast<uint4*>(p16 + r1 * 128 + 16 * ((2 * c + q) ^ (r1 % 8))) =
-        make_uint4(h2(p[4 * i + 2], p[4 * i + 3]), h2(p[4 * i + 6], p[4 * i + 7]), h2(p[4 * i + 10], p[4 * i + 11]),
-                   h2(p[4 * i + 14], p[4 * i + 15]));
+  for (int g = 0; g < 4; ++g) {
+    *reinterpret_cast<uint32_t*>(tile + swizzled64(r0, 16 * g + 2 * col_pair)) =
+        fp8::e4m3x4(p[8 * g + 0], p[8 * g + 1], p[8 * g + 4], p[8 * g + 5]);
+    *reinterpret_cast<uint32_t*>(tile + swizzled64(r1, 16 * g + 2 * col_pair)) =
+        fp8::e4m3x4(p[8 * g + 2], p[8 * g + 3], p[8 * g + 6], p[8 * g + 7]);
   }
 }
 
-// P V warpgroup pv's two e4m3 P tiles (groups 2 pv, 2 pv + 1) at tiles from the block's f16
-// P: tile g holds P x scale_g[token] / M_g (the helper's half2 factor pairs) in the byte
-// order of write_p_tiles (consumer_fp8_block.cuh): in row r's 16-byte chunk gi, word c holds
-// tokens 16 gi + 2c + {0, 1} (low half) and 16 gi + 8 + 2c + {0, 1} (high half). Thread t
-// makes row t % 64, tokens 32 h.. (h = t / 64): the f16 pairs i = 4h + m (m = 0..3) of
-// every c, four 16-byte loads; factor pair 4i + c.
-__device__ __forceinline__ void scale_p_tiles(int pv, const uint8_t* p16, const __half2* ratios, uint8_t* tiles,
-                                              int tid) {
-  const int r = tid % 64, h = tid / 64;
-  uint4 x[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) x[c] = *reinterpret_cast<const uint4*>(p16 + r * 128 + 16 * ((2 * c + h) ^ (r % 8)));
-  auto word = [](const uint4& v, int m) { return m == 0 ? v.x : m == 1 ? v.y : m == 2 ? v.z : v.w; };
-  auto as_h2 = [](uint32_t u) { return *reinterpret_cast<const __half2*>(&u); };
+// Four e4m3 (one A-fragment register) times two f16 factor pairs: bytes 0, 1 by lo, bytes
+// 2, 3 by hi, rounded back to e4m3 (satfinite; the factors are <= 1).
+__device__ __forceinline__ uint32_t scale_e4m3x4(uint32_t w, __half2 lo, __half2 hi) {
+  auto up = [](uint32_t pair) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
+    return *reinterpret_cast<const __half2*>(&r);
+  };
+  auto down = [](__half2 h) {
+    return uint32_t(__nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(h), __NV_SATFINITE, __NV_E4M3));
+  };
+  return down(__hmul2(up(w & 0xffffu), lo)) | (down(__hmul2(up(w >> 16), hi)) << 16);
+}
+
+// The A fragments of P V k-step kb with the group factors on V: V^T x scale_g / M_g. A
+// fragment register of k-step kb holds tokens 32 kb + {2c, 2c + 1, 2c + 8, 2c + 9} (c =
+// lane % 4; +16 for registers 2, 3: fp8::load_vt_half), i.e. the helper's half2 ratio
+// pairs 16 kb + c, + 4 (+ 8, + 12). M blocks 0, 1 are group 2 pv's dims, 2, 3 group 2 pv + 1's.
+__device__ __forceinline__ void load_scaled_vt_half(int pv, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
+                                                    int valid_tokens, int kb, const __half2* ratios,
+                                                    uint32_t (&a)[4][4]) {
+  const int c = lane % 4;
+  fp8::load_vt_half(pv, stage_addr, zero_addr, warp, lane, valid_tokens, kb, a);
 #pragma unroll
   for (int gg = 0; gg < 2; ++gg) {
-    const __half2* rg = ratios + (2 * pv + gg) * 32 + 16 * h;
-    uint32_t w[2][4] = {};
+    const __half2* rg = ratios + (2 * pv + gg) * 32 + 16 * kb + c;
+    const __half2 q0 = rg[0], q1 = rg[4], q2 = rg[8], q3 = rg[12];
 #pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const uint4 rm = *reinterpret_cast<const uint4*>(rg + 4 * m);  // c = 0..3
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const __half2 y = __hmul2(as_h2(word(x[c], m)), as_h2(word(rm, c)));
-        const uint32_t e = __nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(y), __NV_SATFINITE, __NV_E4M3);
-        w[m >> 1][c] |= e << (16 * (m & 1));
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      *reinterpret_cast<uint4*>(tiles + gg * SmemLayoutT<false>::kPBytes + swizzled64(r, 16 * (2 * h + q))) =
-          make_uint4(w[q][0], w[q][1], w[q][2], w[q][3]);
+    for (int bb = 0; bb < 2; ++bb) {
+      uint32_t(&ab)[4] = a[2 * gg + bb];
+      ab[0] = scale_e4m3x4(ab[0], q0, q1);
+      ab[1] = scale_e4m3x4(ab[1], q0, q1);
+      ab[2] = scale_e4m3x4(ab[2], q2, q3);
+      ab[3] = scale_e4m3x4(ab[3], q2, q3);
     }
   }
 }
+
+// O^T += A P^T over k-step kb, P the block's one e4m3 tile at p_desc; waited for (both
+// k-steps' fragments at once serialised the wgmma, v33).
+template <int kAcc>
+__device__ __forceinline__ void pv_step(const uint32_t (&a)[4][4], uint64_t p_desc, int kb, float (&o)[4][kAcc]) {
+  wgmma_fence();
+  fp8::fence_accumulators(o);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fp8::fence_accumulators(o);
+}
+
+// Experiment (bench/build_variant.sh NAME -DKBMLA_BLOCK_SPLIT_VT_EARLY=1
+// kernel_fp8_block_split.cu): the P V warpgroups load and scale the first k-step's V^T
+// once the stage and the helper's factors are in, before they wait for P.
+#ifndef KBMLA_BLOCK_SPLIT_VT_EARLY
+#define KBMLA_BLOCK_SPLIT_VT_EARLY 0
+#endif
+constexpr bool kBlockSplitVtEarly = KBMLA_BLOCK_SPLIT_VT_EARLY != 0;
 
 // The softmax warpgroup (threads 128..255).
 __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, uint8_t* smem) {
@@ -153,7 +169,8 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
       if (blk + 1 == it.blk_end) Mbarrier::arrive(q_empty);
       fp8::publish_block_factors(rows, row_scale, rescale_flags, stage, tid);
       rows.exponentials();
-      store_p_f16(rows.s, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, rows.r0, rows.r1, lane);
+      store_p_e4m3(rows.s, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes, rows.r0, rows.r1,
+                   rows.col_pair);
       // The rope box is rewritten by TMA once the stage is released (async proxy).
       fence_view_async_shared();
       Mbarrier::arrive(p_full + stage);
@@ -177,7 +194,9 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  [[maybe_unused]] uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
+  [[maybe_unused]] uint64_t* ready = bars + 2 + 2 * kStages;
   const auto [p_full, stats_full, stats_empty] = fp8::SplitBarriers<kStages>(smem + L::split_barriers);
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
   const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
@@ -185,8 +204,9 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   const float2* row_stats = reinterpret_cast<float2*>(smem + L::row_stats);
   const float4* factors = reinterpret_cast<const float4*>(smem + L::group_factors);
   const uint32_t kv_addr = smem_addr(smem + L::kv);
-  uint8_t* tiles = smem + L::own_p + pv * L::kPvTileBytes;
-  const uint64_t p_desc = desc_k_major_sw64(smem_addr(tiles));
+  const __half2* ratios = reinterpret_cast<const __half2*>(smem + L::p_ratios);  // [stage][group][32 pairs]
+  // The block's P tile, over the stage's rope box (the softmax warpgroup's store_p_e4m3).
+  auto p_desc = [](uint32_t stage_addr) { return desc_k_major_sw64(stage_addr + kRopeBox * fp8::kBoxBytes); };
   const uint32_t zero_addr = smem_addr(smem + L::zero_row);
   int item_count = 0, block_count = 0;
   TileWalker walker(p);
@@ -203,23 +223,30 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
     bool bad = false;
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
-      Mbarrier::wait(p_full + stage, (block_count / kStages) & 1);
+      const uint32_t phase = (block_count / kStages) & 1;
+      uint32_t a[4][4];  // V^T x the group factors, one k-step
+      if constexpr (kBlockSplitVtEarly && (kBlockSplitSpike & 4) == 0) {
+        Mbarrier::wait(full + stage, phase);
+        Mbarrier::wait(ready + stage, phase);
+        load_scaled_vt_half(pv, kv_addr + stage * kStageBytes, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens,
+                            0, ratios + stage * kGroups * 32, a);
+      }
+      Mbarrier::wait(p_full + stage, phase);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kStageBytes;
       if (rescale_flags[stage] != 0) fp8::rescale_ot(o, row_scale + stage * 64, col_pair);
       // O of the groups in units of M_g: rescaled when M_g grew; the last block's M_g ends it.
       rescale_groups(pv, o, factors, stage);
       if (blk + 1 == it.blk_end) group_max = own_groups(pv, factors[3 * stage]);
-      // This warpgroup's tiles: its wgmma of the previous block completed (waited for).
-      if constexpr ((kBlockSplitSpike & 1) == 0) {
-        scale_p_tiles(pv, smem + L::kv + stage * kStageBytes + kRopeBox * fp8::kBoxBytes,
-                      reinterpret_cast<const __half2*>(smem + L::p_ratios) + stage * kGroups * 32, tiles, tid);
-      }
-      fence_view_async_shared();  // for the wgmma (async proxy)
-      named_sync(kBarBlockSplitPvTiles + pv, 128);
-      // M blocks 0, 1: group 2 pv's P tile; 2, 3: group 2 pv + 1's, L::kPBytes on.
       if constexpr ((kBlockSplitSpike & 4) == 0) {
-        fp8::pv_block<L::kPBytes>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
+#pragma unroll
+        for (int kb = 0; kb < 2; ++kb) {
+          if (kb > 0 || !kBlockSplitVtEarly) {
+            load_scaled_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb,
+                                ratios + stage * kGroups * 32, a);
+          }
+          pv_step(a, p_desc(stage_addr), kb, o);
+        }
       }
       release_stage(empty + stage, lane, p.cluster_size);
     }

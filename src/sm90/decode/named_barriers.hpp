@@ -31,11 +31,8 @@ KBMLA_HD constexpr uint32_t p_ready_barrier(int owner, int block_count) {
 }
 
 // Split-role fp8 kernels: the softmax warpgroup's four warps wrote the item's quantised Q
-// (consumer_fp8_split.cuh); the per-block kernel's P V warpgroups' tiles, one id each
-// (consumer_fp8_block_split.cuh; the alternating kernel's kBarFp8OwnerP ids, which that
-// kernel never uses).
+// (consumer_fp8_split.cuh).
 constexpr uint32_t kBarSplitSoftmaxQ = 13;
-constexpr uint32_t kBarBlockSplitPvTiles = 8;  // 8, 9
 
 // Every kernel: the 256 writers of an item's partials before the piece flag (epilogue.cuh).
 constexpr uint32_t kBarPartialsWritten = 14;
@@ -59,8 +56,7 @@ static_assert(barrier_ids::valid_and_distinct({kBarRowStats, kBarFp8StatsReady, 
                                                p_ready_barrier(1, 0), p_ready_barrier(0, 2), p_ready_barrier(1, 2),
                                                kBarSplitSoftmaxQ, kBarPartialsWritten}),
               "the fp8 kernels' named barriers (the split-role kernels include the alternating consumers' code)");
-static_assert(barrier_ids::valid_and_distinct({kBarSplitSoftmaxQ, kBarBlockSplitPvTiles, kBarBlockSplitPvTiles + 1,
-                                               kBarFp8QReady, kBarRowStats, kBarPartialsWritten}),
+static_assert(barrier_ids::valid_and_distinct({kBarSplitSoftmaxQ, kBarFp8QReady, kBarRowStats, kBarPartialsWritten}),
               "the per-block split-role kernel's named barriers");
 
 }  // namespace kbmla::sm90
