@@ -120,14 +120,6 @@ __device__ __forceinline__ void pv_step(const uint32_t (&a)[4][4], uint64_t p_de
   fp8::fence_accumulators(o);
 }
 
-// Experiment (bench/build_variant.sh NAME -DKBMLA_BLOCK_SPLIT_VT_EARLY=1
-// kernel_fp8_block_split.cu): the P V warpgroups load and scale the first k-step's V^T
-// once the stage and the helper's factors are in, before they wait for P.
-#ifndef KBMLA_BLOCK_SPLIT_VT_EARLY
-#define KBMLA_BLOCK_SPLIT_VT_EARLY 0
-#endif
-constexpr bool kBlockSplitVtEarly = KBMLA_BLOCK_SPLIT_VT_EARLY != 0;
-
 // The softmax warpgroup (threads 128..255).
 __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, uint8_t* smem) {
   using L = BlockSplitLayout;
@@ -194,9 +186,7 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
-  [[maybe_unused]] uint64_t* full = bars + 2;
   uint64_t* empty = bars + 2 + kStages;
-  [[maybe_unused]] uint64_t* ready = bars + 2 + 2 * kStages;
   const auto [p_full, stats_full, stats_empty] = fp8::SplitBarriers<kStages>(smem + L::split_barriers);
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
   const volatile uint32_t* rescale_flags = reinterpret_cast<uint32_t*>(smem + L::rescale_flags);
@@ -224,13 +214,6 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       const uint32_t phase = (block_count / kStages) & 1;
-      uint32_t a[4][4];  // V^T x the group factors, one k-step
-      if constexpr (kBlockSplitVtEarly && (kBlockSplitSpike & 4) == 0) {
-        Mbarrier::wait(full + stage, phase);
-        Mbarrier::wait(ready + stage, phase);
-        load_scaled_vt_half(pv, kv_addr + stage * kStageBytes, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens,
-                            0, ratios + stage * kGroups * 32, a);
-      }
       Mbarrier::wait(p_full + stage, phase);
       bad |= stage_flags[stage] != 0;
       const uint32_t stage_addr = kv_addr + stage * kStageBytes;
@@ -241,10 +224,9 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
       if constexpr ((kBlockSplitSpike & 4) == 0) {
 #pragma unroll
         for (int kb = 0; kb < 2; ++kb) {
-          if (kb > 0 || !kBlockSplitVtEarly) {
-            load_scaled_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb,
-                                ratios + stage * kGroups * 32, a);
-          }
+          uint32_t a[4][4];  // V^T x the group factors, one k-step
+          load_scaled_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb,
+                              ratios + stage * kGroups * 32, a);
           pv_step(a, p_desc(stage_addr), kb, o);
         }
       }
