@@ -66,12 +66,12 @@ __device__ __forceinline__ void load_vt_half(int pv, uint32_t stage_addr, uint32
   }
 }
 
-// Both split-role kernels' P V of one block for a P V warpgroup: O^T += V^T P^T over the
-// block's two k-steps (tokens 32 kb..), V^T fragments from the stage (load_vt_half), P from
-// p_desc; M blocks b = 2, 3 read P kGroupBytes further on (the per-block kernel's second
-// group tile; 0: the per-tensor kernel's one P tile). Each k-step waited for before the next
-// one's fragments are loaded (both k-steps' fragments at once serialised the wgmma, v33).
-template <uint32_t kGroupBytes, int kAcc>
+// The per-tensor split-role kernel's P V of one block for a P V warpgroup: O^T += V^T P^T
+// over the block's two k-steps (tokens 32 kb..), V^T fragments from the stage
+// (load_vt_half), P from p_desc. Each k-step waited for before the next one's fragments are
+// loaded (both k-steps' fragments at once serialised the wgmma, v33). (The per-block
+// kernel scales its fragments first: consumer_fp8_block_split.cuh.)
+template <int kAcc>
 __device__ __forceinline__ void pv_block(int pv, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
                                          int valid_tokens, uint64_t p_desc, float (&o)[4][kAcc]) {
 #pragma unroll
@@ -81,7 +81,7 @@ __device__ __forceinline__ void pv_block(int pv, uint32_t stage_addr, uint32_t z
     wgmma_fence();
     fence_accumulators(o);
 #pragma unroll
-    for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, (b >> 1) * kGroupBytes + kb * 32), o[b]);
+    for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(o);
@@ -274,7 +274,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       const uint32_t stage_addr = kv_addr + stage * kTileBytes;
       if (rescale_flags[stage] != 0) rescale_ot(o, row_scale + stage * 64, col_pair);
       const uint64_t p_desc = desc_k_major_sw64(stage_addr + kPBox * kBoxBytes);
-      pv_block<0>(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
+      pv_block(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
       release_stage(empty + stage, lane, p.cluster_size);
     }
     const bool phases = kSplitItemPhases != 0 && pv == 0 && tid == 0 && p.item_timeline != nullptr;
