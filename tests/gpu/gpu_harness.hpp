@@ -1,6 +1,6 @@
-// GPU test harness: builds a random poisoned problem (NaN pages and cache tails, huge
-// block-table indices), runs kbmla::decode on it with NaN-poisoned outputs and workspace,
-// and compares with the float64 reference.
+// GPU test harness: the checked cases of tools/check_case.hpp (a random poisoned problem,
+// kbmla::decode on it with NaN-poisoned outputs and workspace, the float64 reference) under
+// their test names, and the tests' expectations on them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,12 +15,26 @@
 #include "kbmla/decode.hpp"
 #include "kbmla/device.hpp"
 #include "kbmla/error.hpp"
-#include "reference/fp8.hpp"
-#include "reference/fp8_block.hpp"
 #include "reference/random_problem.hpp"
 #include "reference/reference.hpp"
+#include "tools/check_case.hpp"
+
+namespace kbmla::check {
+inline void PrintTo(const CheckCase& c, std::ostream* os) { *os << describe(c); }
+}  // namespace kbmla::check
 
 namespace kbmla::test {
+
+using check::compare_with_reference;
+using check::cuda_ok;
+using check::DeviceArray;
+using check::DeviceProblem;
+using check::describe;
+using check::make_decode_args;
+using check::read_combine_sync;
+using check::run_gpu_case;
+using GpuCase = check::CheckCase;
+using GpuResult = check::CheckResult;
 
 // Skips the calling test (with the reason) unless an sm_90 GPU is present.
 #define KBMLA_REQUIRE_SM90()                                                        \
@@ -28,47 +42,6 @@ namespace kbmla::test {
     static const ::kbmla::DeviceInfo info_ = ::kbmla::query_device();               \
     if (!info_.supported) GTEST_SKIP() << "no sm_90 GPU: " << info_.reason;         \
   } while (0)
-
-inline void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-template <class T>
-struct DeviceArray {
-  T* ptr = nullptr;
-  size_t count = 0;
-  DeviceArray() = default;
-  explicit DeviceArray(size_t n) : count(n) { cuda_ok(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc"); }
-  DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    cuda_ok(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
-  }
-  DeviceArray(DeviceArray&& o) noexcept : ptr(o.ptr), count(o.count) { o.ptr = nullptr; }
-  DeviceArray& operator=(DeviceArray&& o) noexcept { std::swap(ptr, o.ptr); std::swap(count, o.count); return *this; }
-  ~DeviceArray() { if (ptr) cudaFree(ptr); }
-  std::vector<T> download() const {
-    std::vector<T> h(count);
-    cuda_ok(cudaMemcpy(h.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost), "download");
-    return h;
-  }
-  void poison() { cuda_ok(cudaMemset(ptr, 0xff, std::max<size_t>(count, 1) * sizeof(T)), "poison"); }  // NaN for bf16/fp32
-};
-
-// Dense decode arguments over test buffers.
-inline DecodeArgs make_decode_args(const void* q, const int32_t* block_table, int max_pages, const int32_t* seqlens,
-                                   void* out, float* lse, void* workspace, size_t workspace_bytes,
-                                   void* stream = nullptr) {
-  DecodeArgs args;
-  args.q = q;
-  args.block_table = block_table;
-  args.max_pages = max_pages;
-  args.seqlens = seqlens;
-  args.out = out;
-  args.lse = lse;
-  args.workspace = workspace;
-  args.workspace_bytes = workspace_bytes;
-  args.stream = stream;
-  return args;
-}
 
 // A host-made bf16 plan (work list unless `policy` says otherwise).
 inline DevicePlan make_bf16_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int num_ctas,
@@ -83,94 +56,6 @@ inline DevicePlan make_bf16_plan(int heads, int q_len, const std::vector<int32_t
   return DevicePlan::create(config, seqlens, options);
 }
 
-// A random problem uploaded to the GPU, with outputs and a workspace sized for `plan`.
-struct DeviceProblem {
-  DeviceArray<ref::Bf16> q, cache, out;
-  DeviceArray<int32_t> block_table, seqlens;
-  DeviceArray<float> lse;
-  DeviceArray<uint8_t> ws;
-  DeviceProblem(const ref::RandomProblem<ref::Bf16>& data, const DevicePlan& plan)
-      : q(data.q), cache(data.cache),
-        out(size_t(data.problem.batch) * data.problem.q_len * data.problem.heads * 512),
-        block_table(data.block_table), seqlens(data.seqlens),
-        lse(size_t(data.problem.batch) * data.problem.q_len * data.problem.heads), ws(plan.workspace_bytes()) {
-    init_workspace(ws.ptr, ws.count, nullptr);
-  }
-  DecodeArgs args(int max_pages, void* stream = nullptr) {
-    return make_decode_args(q.ptr, block_table.ptr, max_pages, seqlens.ptr, out.ptr, lse.ptr, ws.ptr, ws.count,
-                            stream);
-  }
-};
-
-struct GpuCase {
-  int heads = 16;
-  int q_len = 1;
-  std::vector<int32_t> seqlens;
-  Policy policy = Policy::kWorkList;
-  int num_ctas = 0;
-  int static_splits = 0;
-  bool causal = true;
-  uint64_t seed = 1;
-  int spare_pages = 3;  // NaN pages shuffled among the used ones (a large count grows the cache)
-  int d_qk = 576;       // 576, or 512 (no rope part)
-  int page_size = 64;   // powers of two 1..256
-  bool fp8 = false;     // e4m3 cache (scale 2^-8); the reference runs on the dequantised cache
-  bool fp8_q = false;   // with fp8: Q given in e4m3 with one power-of-two scale (the reference on its values)
-  // fp8 cache with per-block scales (656-byte tokens; d_qk 576): each token's groups of 128
-  // values first multiplied by 2^-k, k in 0..3 by a hash of (token, group), so that the
-  // scales differ within a block and the running group maxima grow; the reference runs on
-  // the decoded cache (power-of-two scales: exact in bf16).
-  bool fp8_block = false;
-  // With fp8_block: scales of any value (amax / 448) instead of powers of two; the
-  // reference's cache is then the decoded values rounded to bf16 (2^-9 relative, well
-  // below the e4m3 errors the bars allow).
-  bool fp8_block_any_scales = false;
-};
-
-struct GpuResult {
-  ref::Comparison cmp;
-  uint32_t device_errors = 0;
-  DecodePath path;  // what the call ran (describe_decode), which sets its accuracy bars
-  // The call's outputs as they came back, and its workspace's CombineSync after the call
-  // (work_format.hpp; init_workspace ran just before the call).
-  std::vector<ref::Bf16> out;
-  std::vector<float> lse;
-  CombineSync sync_before{}, sync_after{};
-};
-
-inline CombineSync read_combine_sync(const void* ws) {
-  CombineSync s{};
-  cuda_ok(cudaMemcpy(&s, static_cast<const uint8_t*>(ws) + kCombineSyncOffset, sizeof s, cudaMemcpyDeviceToHost),
-          "read CombineSync");
-  return s;
-}
-
-inline std::string describe(const GpuCase& c) {
-  std::ostringstream os;
-  os << policy_name(c.policy) << " heads " << c.heads << " q_len " << c.q_len << " batch " << c.seqlens.size()
-     << " ctas " << c.num_ctas << (c.causal ? "" : " non-causal") << (c.d_qk != 576 ? " d_qk 512" : "")
-     << (c.page_size != 64 ? " page " + std::to_string(c.page_size) : std::string()) << (c.fp8 ? " fp8" : "")
-     << (c.fp8_q ? " e4m3-q" : "") << (c.fp8_block ? " fp8-block" : "") << (c.fp8_block_any_scales ? " any-scales" : "")
-     << " seqlens";
-  for (size_t i = 0; i < c.seqlens.size() && i < 8; ++i) os << " " << c.seqlens[i];
-  if (c.seqlens.size() > 8) os << " ...";
-  return os.str();
-}
-inline void PrintTo(const GpuCase& c, std::ostream* os) { *os << describe(c); }
-
-// The decode's bf16 output and LSE on the device against the float64 reference.
-inline ref::Comparison compare_with_reference(const ref::Problem& p, const ref::Outputs& expect,
-                                              const std::vector<ref::Bf16>& got_out, const std::vector<float>& got_lse) {
-  std::vector<double> o(got_out.size()), l(got_lse.size());
-  for (size_t i = 0; i < o.size(); ++i) o[i] = ref::bf16_to_float(got_out[i]);
-  for (size_t i = 0; i < l.size(); ++i) l[i] = got_lse[i];
-  return ref::compare(p, expect, o, l);
-}
-inline ref::Comparison compare_with_reference(const ref::Problem& p, const ref::Outputs& expect,
-                                              const DeviceArray<ref::Bf16>& out, const DeviceArray<float>& lse) {
-  return compare_with_reference(p, expect, out.download(), lse.download());
-}
-
 // The issues' bars: bf16 output; fp8 caches (Q and P in e4m3) against the reference on
 // the dequantised cache: relative error < 5e-2, worst row < 8e-2 (issue 5).
 inline void expect_within_bars(const ref::Comparison& cmp, bool fp8) {
@@ -179,108 +64,6 @@ inline void expect_within_bars(const ref::Comparison& cmp, bool fp8) {
   EXPECT_LT(cmp.rel_frobenius, fp8 ? 5e-2 : 1e-2);
   EXPECT_LT(cmp.worst_row_rel, fp8 ? 8e-2 : 3e-2);
   EXPECT_LT(cmp.lse_max_abs, fp8 ? 5e-2 : 1e-3);
-}
-
-inline GpuResult run_gpu_case(const GpuCase& c) {
-  ref::Problem shape;
-  shape.batch = int(c.seqlens.size());
-  shape.q_len = c.q_len;
-  shape.heads = c.heads;
-  shape.causal = c.causal;
-  shape.scale = 1.0 / std::sqrt(192.0);
-  shape.page_size = c.page_size;
-  shape.d_qk = c.d_qk;
-  auto data = ref::make_random_problem<ref::Bf16>(shape, c.seqlens, c.seed, c.spare_pages);
-  const ref::Problem& p = data.problem;
-  // fp8: the cache as e4m3 of value / 2^-8 (NaN poison stays NaN), and the reference's
-  // cache replaced by the dequantised values (exact in bf16).
-  const float kv_scale = 1.f / 256.f;
-  std::vector<uint8_t> cache8;
-  if (c.fp8) {
-    cache8.resize(data.cache.size());
-    for (size_t i = 0; i < cache8.size(); ++i) {
-      cache8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.cache[i]) / kv_scale);
-      data.cache[i] = ref::float_to_bf16(ref::e4m3_to_float(cache8[i]) * kv_scale);
-    }
-  }
-
-  if (c.fp8_block) {
-    const size_t tokens = data.cache.size() / 576;
-    cache8.resize(tokens * ref::kFp8BlockTokenBytes);
-    std::vector<float> v(576);
-    for (size_t t = 0; t < tokens; ++t) {
-      for (int d = 0; d < 576; ++d) v[d] = ref::bf16_to_float(data.cache[t * 576 + d]);
-      for (int g = 0; g < ref::kFp8BlockGroups; ++g) {
-        const int k = -int(((t * 2654435761u) ^ (g * 40503u)) % 4);
-        for (int i = 0; i < ref::kFp8BlockGroupSize; ++i) v[g * ref::kFp8BlockGroupSize + i] *= std::ldexp(1.f, k);
-      }
-      uint8_t* token = cache8.data() + t * ref::kFp8BlockTokenBytes;
-      ref::encode_fp8_block_token(v.data(), v.data() + 512, token, /*power_of_two_scales=*/!c.fp8_block_any_scales);
-      ref::decode_fp8_block_token(token, v.data());
-      for (int d = 0; d < 576; ++d) data.cache[t * 576 + d] = ref::float_to_bf16(v[d]);
-    }
-  }
-
-  // e4m3 Q: one scale, a power of two so that e4m3 x scale is exact in the reference's
-  // bf16 Q; the largest |q| maps to at most 448.
-  float q_scale = 1.f;
-  std::vector<uint8_t> q8;
-  if (c.fp8_q) {
-    float amax = 0.f;
-    for (const ref::Bf16& v : data.q) amax = std::fmax(amax, std::fabs(ref::bf16_to_float(v)));
-    q_scale = amax > 0.f ? std::ldexp(1.f, int(std::ceil(std::log2(amax / 448.f)))) : 1.f;
-    q8.resize(data.q.size());
-    for (size_t i = 0; i < q8.size(); ++i) {
-      q8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.q[i]) / q_scale);
-      data.q[i] = ref::float_to_bf16(ref::e4m3_to_float(q8[i]) * q_scale);
-    }
-  }
-
-  DecodeConfig config;
-  config.heads = c.heads;
-  config.q_len = c.q_len;
-  config.causal = c.causal;
-  config.d_qk = c.d_qk;
-  config.page_size = c.page_size;
-  config.kv_dtype = c.fp8_block ? KvDtype::kFp8E4m3PerBlock : c.fp8 ? KvDtype::kFp8E4m3 : KvDtype::kBFloat16;
-  config.softmax_scale = float(p.scale);
-  PlanOptions options;
-  options.policy = c.policy;
-  options.num_ctas = c.num_ctas;
-  options.static_splits = c.static_splits;
-  DevicePlan plan = DevicePlan::create(config, c.seqlens, options);
-
-  DeviceProblem dev(data, plan);
-  dev.out.poison();
-  dev.lse.poison();
-  dev.ws.poison();
-  init_workspace(dev.ws.ptr, dev.ws.count, nullptr);
-  DeviceArray<uint8_t> dev_cache8(cache8);
-  DeviceArray<float> dev_kv_scale(std::vector<float>{kv_scale});
-  KvCache kv(c.fp8 || c.fp8_block ? static_cast<const void*>(dev_cache8.ptr) : dev.cache.ptr, p.num_pages,
-             c.page_size, c.d_qk,
-             config.kv_dtype);
-  DecodeArgs args = dev.args(p.max_pages);
-  if (c.fp8) args.kv_scale = dev_kv_scale.ptr;
-  DeviceArray<uint8_t> dev_q8(q8);
-  DeviceArray<float> dev_q_scale(std::vector<float>{q_scale});
-  if (c.fp8_q) {
-    args.q = dev_q8.ptr;
-    args.q_dtype = QDtype::kFp8E4m3;
-    args.q_scale = dev_q_scale.ptr;
-  }
-  GpuResult r;
-  r.path = describe_decode(plan, kv, args.q_dtype);
-  r.sync_before = read_combine_sync(dev.ws.ptr);
-  decode(plan, kv, args);
-  r.device_errors = read_device_errors(dev.ws.ptr, nullptr);
-  cuda_ok(cudaDeviceSynchronize(), "decode");
-  r.sync_after = read_combine_sync(dev.ws.ptr);
-  r.out = dev.out.download();
-  r.lse = dev.lse.download();
-
-  r.cmp = compare_with_reference(p, ref::reference_decode(p, data.inputs()), r.out, r.lse);
-  return r;
 }
 
 inline void expect_accurate(const GpuCase& c, const GpuResult& r) {
