@@ -248,8 +248,9 @@ inline PreparedCase prepare_case(const CheckCase& c) {
 // The case's decode on the GPU (outputs and workspace NaN-poisoned first) against the
 // float64 reference. Throws std::runtime_error on a CUDA error, kbmla::Error on an
 // argument the library rejects.
-inline CheckResult run_gpu_case(const CheckCase& c) {
-  PreparedCase pc = prepare_case(c);
+// `pc` is prepare_case(c), `expected` the reference on it (made once for the emulation and
+// the GPU run by `kbmla check`).
+inline CheckResult run_gpu_case(const CheckCase& c, const PreparedCase& pc, const ref::Outputs& expected) {
   const auto& data = pc.data;
   const ref::Problem& p = data.problem;
   const DecodeConfig& config = pc.config;
@@ -284,20 +285,25 @@ inline CheckResult run_gpu_case(const CheckCase& c) {
   r.out = dev.out.download();
   r.lse = dev.lse.download();
 
-  r.cmp = compare_with_reference(p, ref::reference_decode(p, data.inputs()), r.out, r.lse);
+  r.cmp = compare_with_reference(p, expected, r.out, r.lse);
   return r;
+}
+inline CheckResult run_gpu_case(const CheckCase& c) {
+  const PreparedCase pc = prepare_case(c);
+  return run_gpu_case(c, pc, ref::reference_decode(pc.data.problem, pc.data.inputs()));
 }
 
 // The CPU emulation of the case's work-list plan over `num_ctas` CTAs (the splits and
-// their merge in float64, on the values the kernel sees) against the float64 reference:
+// their merge in float64, on the values the kernel sees) against `expected`, the float64
+// reference on them:
 // equal to rounding (<= 1e-12) when the plan's items cover every key once.
-inline ref::Comparison emulate_case(const PreparedCase& pc, int num_ctas, HostPlan* plan_out = nullptr) {
+inline ref::Comparison emulate_case(const PreparedCase& pc, const ref::Outputs& expected, int num_ctas,
+                                    HostPlan* plan_out = nullptr) {
   const ref::Problem& p = pc.data.problem;
   PlanShape shape = decode_plan_shape(pc.config, p.batch, pc.options);
   shape.num_ctas = num_ctas;
   const std::vector<int32_t> seqlens(pc.data.seqlens.begin(), pc.data.seqlens.end());
   HostPlan plan = make_host_plan(shape, seqlens);
-  const ref::Outputs expected = ref::reference_decode(p, pc.data.inputs());
   const ref::Outputs got = ref::emulate_split_decode(p, pc.data.inputs(), plan);
   if (plan_out != nullptr) *plan_out = std::move(plan);
   return ref::compare(p, expected, got.out, got.lse);

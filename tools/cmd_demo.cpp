@@ -80,8 +80,8 @@ check::CheckCase make_case(const CheckOptions& o, const std::vector<int32_t>& se
 // The decode kernel on the case against the reference, within the bars of what it ran:
 // bf16 products 1e-2 relative, 3e-2 worst row, 1e-3 LSE; e4m3 Q and P (every fp8 cache)
 // 5e-2, 8e-2, 5e-2 (issue 5's); no device error.
-bool run_gpu_check(const check::CheckCase& c) {
-  const check::CheckResult r = check::run_gpu_case(c);
+bool run_gpu_check(const check::CheckCase& c, const check::PreparedCase& prepared, const ref::Outputs& expected) {
+  const check::CheckResult r = check::run_gpu_case(c, prepared, expected);
   const bool fp8 = r.path.fp8_products;
   const ref::Comparison& cmp = r.cmp;
   const bool ok = r.device_errors == 0 && !cmp.any_nan && !cmp.infinite_lse_mismatch &&
@@ -116,10 +116,11 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
              o.kv_dtype, o.any_scales ? " (scales of any value)" : "", problem.page_size,
              c.fp8_q ? "; Q in e4m3" : "");
 
+  const ref::Outputs expected = ref::reference_decode(problem, prepared.data.inputs());
   bool all_ok = true;
   for (int ctas : emulation_ctas) {
     HostPlan plan;
-    const ref::Comparison cmp = check::emulate_case(prepared, ctas, &plan);
+    const ref::Comparison cmp = check::emulate_case(prepared, expected, ctas, &plan);
     const bool ok = !cmp.any_nan && !cmp.infinite_lse_mismatch && cmp.rel_frobenius <= 1e-12 &&
                     cmp.worst_row_rel <= 1e-12 && cmp.lse_max_abs <= 1e-12;
     all_ok = all_ok && ok;
@@ -129,7 +130,7 @@ int run_check(const CheckOptions& o, const std::vector<int32_t>& seqlens, const 
                ctas, plan.counts.num_items, plan.counts.num_slots, wl.max_over_mean(), cmp.rel_frobenius,
                cmp.worst_row_rel, cmp.lse_max_abs, ok ? "PASS" : "FAIL");
   }
-  if (dev.supported) all_ok = run_gpu_check(c) && all_ok;
+  if (dev.supported) all_ok = run_gpu_check(c, prepared, expected) && all_ok;
   fmt::print("{}: {}\n", label, all_ok ? "PASS" : "FAIL");
   return all_ok ? 0 : 1;
 }
