@@ -85,13 +85,9 @@ struct Measurement {
   double median_us = 0, rotated_us = 0, plan_us = 0, host_us = 0;
   double graph_us = 0;  // --graph: the same call captured in a CUDA graph, replays timed like a run
   bool output_finite = false;
-  double busy_max_over_mean = 0;  // --balance: per-CTA busy time, max / mean
-  double busy_max_us = 0, busy_mean_us = 0;
-  // --balance, plans with a combine: its first block's start and last block's end after
-  // the decode's last CTA ended (%globaltimer; the start is when its grid wait returned).
-  double combine_start_us = -1, combine_end_us = -1;
-  std::vector<std::array<double, 2>> combine_intervals;  // --balance: per block, us after the decode's end
-  std::vector<std::array<double, 3>> intervals;  // --balance: per CTA with work, {start us, end us, SM}
+  // --balance: each CTA's busy interval, their max / mean, and for plans with a combine its
+  // blocks' spans after the decode's last CTA ended (balance_records.hpp).
+  BalanceSummary balance;
   ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
   tools::ClockSummary clock, graph_clock;        // SM clock during the timed runs (clock_probe.hpp)
   std::optional<DecodePath> path;                // the full-mode call's kernels and operand types
@@ -369,14 +365,7 @@ int run_bench(const BenchOptions& o) {
         m.item_phases = summarize_item_phases(rec, item_rec, ctas);
         std::vector<unsigned long long> crec(size_t(std::max(combine_blocks, 0)) * 2);
         if (combine_blocks > 0) cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
-        const BalanceSummary bs = summarize_balance(rec, ctas, crec, combine_blocks);
-        m.intervals = bs.intervals;
-        m.combine_intervals = bs.combine_intervals;
-        m.combine_start_us = bs.combine_start_us;
-        m.combine_end_us = bs.combine_end_us;
-        m.busy_mean_us = bs.busy_mean_us;
-        m.busy_max_us = bs.busy_max_us;
-        m.busy_max_over_mean = bs.busy_max_over_mean;
+        m.balance = summarize_balance(rec, ctas, crec, combine_blocks);
       }
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
@@ -454,16 +443,17 @@ int run_bench(const BenchOptions& o) {
       const double pct = 100.0 * gbps / copy_gbps;
       const double tflops = 2.0 * bc.q_len * bc.heads * double(tokens) * (bc.d_qk + 512) / (best.median_us * 1e6);
       const double rot_pct = best.rotated_us > 0 ? 100.0 * io_bytes / (best.rotated_us * 1e3) / copy_gbps : 0;
+      const BalanceSummary& bal = best.balance;
       fmt::print("{:<36} {:<18} {:>5} {:>10.1f} {:>8.0f} {:>8.1f} {:>8.0f} {:>7.1f} {:>8.0f} {:>10} {:>8}{}\n", bc.name,
                  best.policy, best.split_kv ? std::to_string(best.split_kv) : "-", best.median_us, best.plan_us,
                  best.host_us, gbps,
                  pct, tflops, best.rotated_us > 0 ? fmt::format("{:.1f}", rot_pct) : "-",
                  bc.reference_pct_of_copy ? fmt::format("{:.1f}", *bc.reference_pct_of_copy) : "-",
-                 (best.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", best.busy_max_over_mean, best.busy_max_us)
-                                              : std::string()) +
+                 (bal.busy_max_over_mean > 0 ? fmt::format("  {:.3f} ({:.1f})", bal.busy_max_over_mean, bal.busy_max_us)
+                                             : std::string()) +
                      (best.graph_us > 0 ? fmt::format("  graph {:.1f}", best.graph_us) : std::string()) +
-                     (best.combine_end_us >= 0
-                          ? fmt::format("  combine +{:.1f}..+{:.1f}", best.combine_start_us, best.combine_end_us)
+                     (bal.combine_end_us >= 0
+                          ? fmt::format("  combine +{:.1f}..+{:.1f}", bal.combine_start_us, bal.combine_end_us)
                           : std::string()) +
                      format_item_phases(best.item_phases) +
                      (best.output_finite || mode != sm90::KernelMode::kFull || no_combine ? "" : "  NaN IN OUTPUT"));
@@ -507,30 +497,32 @@ int run_bench(const BenchOptions& o) {
         r["graph_median_us"] = best.graph_us;
         r["graph_pct_of_copy"] = 100.0 * io_bytes / (best.graph_us * 1e3) / copy_gbps;
       }
-      if (best.combine_end_us >= 0) {
-        r["combine_start_after_decode_us"] = best.combine_start_us;
-        r["combine_end_after_decode_us"] = best.combine_end_us;
+      if (best.balance.combine_end_us >= 0) {
+        r["combine_start_after_decode_us"] = best.balance.combine_start_us;
+        r["combine_end_after_decode_us"] = best.balance.combine_end_us;
         nlohmann::json combine_intervals = nlohmann::json::array();
-        for (const auto& iv : best.combine_intervals) combine_intervals.push_back({iv[0], iv[1]});
+        for (const auto& iv : best.balance.combine_intervals) combine_intervals.push_back({iv[0], iv[1]});
         r["combine_intervals"] = std::move(combine_intervals);
       }
-      if (best.busy_max_over_mean > 0) {
-        r["busy_max_over_mean"] = best.busy_max_over_mean;
-        r["busy_max_us"] = best.busy_max_us;
-        r["busy_mean_us"] = best.busy_mean_us;
+      if (best.balance.busy_max_over_mean > 0) {
+        r["busy_max_over_mean"] = best.balance.busy_max_over_mean;
+        r["busy_max_us"] = best.balance.busy_max_us;
+        r["busy_mean_us"] = best.balance.busy_mean_us;
         // Each busy CTA's {start us, end us, SM id}: which SMs run slow, across runs.
         nlohmann::json cta_intervals = nlohmann::json::array();
-        for (const auto& iv : best.intervals) cta_intervals.push_back({iv[0], iv[1], int(iv[2])});
+        for (const auto& iv : best.balance.intervals) cta_intervals.push_back({iv[0], iv[1], int(iv[2])});
         r["cta_intervals"] = std::move(cta_intervals);
         if (!best.item_phases.empty()) r["item_phases"] = item_phases_json(best.item_phases);
       }
       results.push_back(r);
-      if (!best.intervals.empty()) for_svg.push_back(best);
+      if (!best.balance.intervals.empty()) for_svg.push_back(best);
     }
     if (!o.svg_dir.empty() && !for_svg.empty()) {
       const std::string path = o.svg_dir + "/" + bc.name + ".svg";
       std::vector<BalancePanel> panels;
-      for (const Measurement& m : for_svg) panels.push_back({m.policy, m.busy_max_over_mean, m.intervals});
+      for (const Measurement& m : for_svg) {
+        panels.push_back({m.policy, m.balance.busy_max_over_mean, m.balance.intervals});
+      }
       write_balance_svg(path, bc.name, panels);
       fmt::print("wrote {}\n", path);
     }
