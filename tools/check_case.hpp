@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 #include <string>

@@ -6,9 +6,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 

@@ -1,6 +1,6 @@
 // fma_exp2's device branch (the one the bf16 64-row consumers run) against its host branch,
 // which tests/cpu/test_fma_exp2.cpp checks against std::exp2: the two are written with
-// different intrinsics (__fadd_rn / __float_as_int against std::bit_cast), so only
+// different intrinsics (__fadd_rn / __float_as_uint against std::bit_cast), so only
 // bit-for-bit equality on the GPU shows the kernel computes what the CPU tests verified.
 #include <cstring>
 #include <limits>

@@ -9,11 +9,12 @@
 // Why V and not P (bench/NOTES.md v51): P x scale_g / M_g needs a P tile per group, which
 // the P V warpgroups made from an f16 P in shared memory (the f16 round trip, four tile
 // stores and a named barrier a block); with the factors on V the block's shared-memory
-// traffic is ~250 wavefronts less (of ~2,050, ncu: the per-block kernels ran the L1 at
-// 65-70 % of its peak, the per-tensor ones 53-59 %), for ~190 conversion instructions a P
-// V thread. Measured -1..-4 % on the 64-row per-block cases. Accuracy: V is rounded twice
-// (its e4m3 value times the factor, back to e4m3); the GPU tests' arbitrary-scale caches
-// measured up to 3.0 % relative error (was 2.8 %), worst row 3.8 % (3.5 %).
+// traffic is an estimated ~250 wavefronts less (of ~2,050, ncu: the per-block kernels ran
+// the L1 at 65-70 % of its peak, the per-tensor ones 53-59 %), for ~190 conversion
+// instructions a P V thread (counted in the code). Measured -1..-4 % on the 64-row per-block
+// cases. Accuracy: V is rounded twice (its e4m3 value times the factor, back to e4m3); the
+// GPU tests' arbitrary-scale caches measured up to 3.0 % relative error (was 2.8 %), worst
+// row 3.8 % (3.5 %).
 // The row factors and rescale flag of a block are per stage (the hand-over slots' row
 // maxima are unused here, and the per-stage factors fit in their place). The layout's
 // own-P buffers (the alternating kernel's) are unused.
@@ -105,19 +106,6 @@ __device__ __forceinline__ void load_scaled_vt_half(int pv, uint32_t stage_addr,
       ab[3] = scale_e4m3x4(ab[3], q2, q3);
     }
   }
-}
-
-// O^T += A P^T over k-step kb, P the block's one e4m3 tile at p_desc; waited for (both
-// k-steps' fragments at once serialised the wgmma, v33).
-template <int kAcc>
-__device__ __forceinline__ void pv_step(const uint32_t (&a)[4][4], uint64_t p_desc, int kb, float (&o)[4][kAcc]) {
-  wgmma_fence();
-  fp8::fence_accumulators(o);
-#pragma unroll
-  for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
-  wgmma_commit();
-  wgmma_wait<0>();
-  fp8::fence_accumulators(o);
 }
 
 // The softmax warpgroup (threads 128..255).
@@ -227,7 +215,7 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
           uint32_t a[4][4];  // V^T x the group factors, one k-step
           load_scaled_vt_half(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, kb,
                               ratios + stage * kGroups * 32, a);
-          pv_step(a, p_desc(stage_addr), kb, o);
+          fp8::pv_step(a, p_desc(stage_addr), kb, o);
         }
       }
       release_stage(empty + stage, lane, p.cluster_size);

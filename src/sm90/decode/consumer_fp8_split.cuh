@@ -66,11 +66,22 @@ __device__ __forceinline__ void load_vt_half(int pv, uint32_t stage_addr, uint32
   }
 }
 
-// The per-tensor split-role kernel's P V of one block for a P V warpgroup: O^T += V^T P^T
-// over the block's two k-steps (tokens 32 kb..), V^T fragments from the stage
-// (load_vt_half), P from p_desc. Each k-step waited for before the next one's fragments are
-// loaded (both k-steps' fragments at once serialised the wgmma, v33). (The per-block
-// kernel scales its fragments first: consumer_fp8_block_split.cuh.)
+// One P V k-step of a P V warpgroup: O^T += A P^T, A the k-step's V^T fragments (kb: tokens
+// 32 kb..), P at p_desc; waited for before the next k-step's fragments are loaded (both
+// k-steps' fragments at once serialised the wgmma, v33). Both split-role kernels.
+template <int kAcc>
+__device__ __forceinline__ void pv_step(const uint32_t (&a)[4][4], uint64_t p_desc, int kb, float (&o)[4][kAcc]) {
+  wgmma_fence();
+  fence_accumulators(o);
+#pragma unroll
+  for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_accumulators(o);
+}
+
+// The per-tensor split-role kernel's P V of one block: V^T fragments straight from the stage
+// (load_vt_half). (The per-block kernel scales them first: consumer_fp8_block_split.cuh.)
 template <int kAcc>
 __device__ __forceinline__ void pv_block(int pv, uint32_t stage_addr, uint32_t zero_addr, int warp, int lane,
                                          int valid_tokens, uint64_t p_desc, float (&o)[4][kAcc]) {
@@ -78,13 +89,7 @@ __device__ __forceinline__ void pv_block(int pv, uint32_t stage_addr, uint32_t z
   for (int kb = 0; kb < 2; ++kb) {
     uint32_t a[4][4];
     load_vt_half(pv, stage_addr, zero_addr, warp, lane, valid_tokens, kb, a);
-    wgmma_fence();
-    fence_accumulators(o);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) wgmma_pv_fp8_rs(a[b], desc_advance(p_desc, kb * 32), o[b]);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulators(o);
+    pv_step(a, p_desc, kb, o);
   }
 }
 

@@ -18,15 +18,11 @@
 #include <cmath>
 #endif
 
-#if defined(__CUDACC__)
-#define KBMLA_HOST_DEVICE __host__ __device__
-#else
-#define KBMLA_HOST_DEVICE
-#endif
+#include "kbmla/hd.hpp"
 
 namespace kbmla::sm90 {
 
-KBMLA_HOST_DEVICE inline float fma_exp2(float x) {
+KBMLA_HD float fma_exp2(float x) {
   constexpr float kRoundMagic = 12582912.f;  // 1.5 * 2^23
 #if defined(__CUDA_ARCH__)
   x = fmaxf(x, -127.f);
@@ -45,5 +41,3 @@ KBMLA_HOST_DEVICE inline float fma_exp2(float x) {
 }
 
 }  // namespace kbmla::sm90
-
-#undef KBMLA_HOST_DEVICE
