@@ -72,9 +72,12 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
   d.cta_rows = std::min(p.rows, P.host.shape.tile_rows / P.host.shape.cluster_size);
   d.q_operand = q_operand(q, c.kv_dtype);
   // (The fp8 kernels' P is relative to a row maximum at most 2^8 behind, so below 448.)
-  d.p_operand = c.kv_dtype == KvDtype::kBFloat16  ? "bf16"
-                : c.kv_dtype == KvDtype::kFp8E4m3 ? "e4m3"
-                                                  : "e4m3, a tile per 128-column group (P x scale_g[token] / M_g)";
+  // The per-block split kernel puts the group factors on V instead (bench/NOTES.md v51).
+  d.p_operand = c.kv_dtype == KvDtype::kBFloat16      ? "bf16"
+                : c.kv_dtype == KvDtype::kFp8E4m3     ? "e4m3"
+                : k.kernel == sm90::DecodeKernel::kFp8BlockSplit
+                    ? "e4m3, one tile (the group factors scale_g[token] / M_g on V, in registers)"
+                    : "e4m3, a tile per 128-column group (P x scale_g[token] / M_g)";
   d.fp8_products = c.kv_dtype != KvDtype::kBFloat16;
   if (k.gather_rows) {
     d.kv_loader = "cp.async row gather (" + std::to_string(c.page_size) + "-token pages)";

@@ -460,6 +460,12 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   EXPECT_NE(t.kv_loader.find("parts of 32 tokens"), std::string::npos) << t.kv_loader;
   EXPECT_NE(t.q_operand.find("quantised by the decode's consumers"), std::string::npos) << t.q_operand;
   EXPECT_TRUE(path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, block)).fp8_products);
+  // The per-block split kernel scales V by the group factors and has one P tile; the
+  // alternating kernel (two consumers) a P tile per group.
+  EXPECT_NE(path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, block)).p_operand.find("one tile"), std::string::npos);
+  EXPECT_NE(path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, {4, 576, KvDtype::kFp8E4m3PerBlock})).p_operand.find(
+                "a tile per 128-column group"),
+            std::string::npos);
   const DecodePath c = path(host_plan(128, 1, two, 132));
   EXPECT_EQ(c.cluster_size, 2);
   EXPECT_EQ(c.cta_rows, 64);
