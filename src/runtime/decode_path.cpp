@@ -33,14 +33,16 @@ std::string kernel_name(sm90::DecodeKernel k, int pv_rows) {
   return "unknown";
 }
 
-std::string q_operand(detail::QPath q, KvDtype dtype) {
+std::string q_operand(detail::QPath q, KvDtype dtype, bool split_roles) {
   const std::string what = dtype == KvDtype::kFp8E4m3PerBlock ? "latent e4m3 per row" : "e4m3 per row";
   const std::string rope = dtype == KvDtype::kFp8E4m3PerBlock ? "; rope bf16" : "";
   switch (q) {
     case detail::QPath::kBf16: return "bf16 (the caller's)";
     case detail::QPath::kCallerE4m3: return "e4m3 (the caller's, one scale)";
     case detail::QPath::kQuantiserKernel: return what + ", by the Q quantiser kernel before the decode" + rope;
-    case detail::QPath::kInline: return what + ", quantised by the decode's consumers" + rope;
+    case detail::QPath::kInline:
+      return what + (split_roles ? ", quantised by the decode's P V warpgroups" : ", quantised by the decode's consumers") +
+             rope;
     case detail::QPath::kStaged: return what + ", bf16 rows staged by TMA and quantised by the softmax warpgroup";
   }
   return "unknown";
@@ -70,7 +72,8 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
   d.kernel = kernel_name(k.kernel, k.pv_rows);
   d.cluster_size = p.cluster_size;
   d.cta_rows = std::min(p.rows, P.host.shape.tile_rows / P.host.shape.cluster_size);
-  d.q_operand = q_operand(q, c.kv_dtype);
+  d.q_operand = q_operand(q, c.kv_dtype,
+                          k.kernel == sm90::DecodeKernel::kFp8Split || k.kernel == sm90::DecodeKernel::kFp8BlockSplit);
   // (The fp8 kernels' P is relative to a row maximum at most 2^8 behind, so below 448.)
   // The per-block split kernel puts the group factors on V instead (bench/NOTES.md v51).
   d.p_operand = c.kv_dtype == KvDtype::kBFloat16      ? "bf16"

@@ -100,10 +100,12 @@ QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
   const int rows = c.heads * c.q_len;
   if (c.kv_dtype == KvDtype::kBFloat16) return QPath::kBf16;
   if (c.kv_dtype == KvDtype::kFp8E4m3PerBlock) {
-    // Only the narrow per-block kernel quantises in its consumers (its wide form has no
-    // shared memory left for the row scales: bench/NOTES.md v27).
+    // The narrow per-block kernel quantises in its consumers, the split-role one in its P V
+    // warpgroups (their row scales in its unused own-P buffers; bench/NOTES.md v52); the
+    // alternating kernel's wide form has no shared memory left for the row scales (v27).
     const bool narrow = sm90::fp8_block_narrow(rows, P.host.shape.cluster_size);
-    return narrow && fp8_quantises_q_in_kernel(P, rows) ? QPath::kInline : QPath::kQuantiserKernel;
+    const bool split = sm90::fp8_block_split_kernel_wanted(kernel_choice_params(P, false));
+    return (narrow || split) && fp8_quantises_q_in_kernel(P, rows) ? QPath::kInline : QPath::kQuantiserKernel;
   }
   if (q_dtype == QDtype::kFp8E4m3) return QPath::kCallerE4m3;
   if (fp8_stages_q_in_kernel(P)) return QPath::kStaged;

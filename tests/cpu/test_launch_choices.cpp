@@ -441,6 +441,34 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
             QPath::kQuantiserKernel);
   EXPECT_EQ(detail::choose_q_path(*host_plan(16, 1, many, 3, Policy::kWorkList, 1, block), QDtype::kBFloat16),
             QPath::kInline);
+  // The per-block split-role kernel (17..64 rows, one CTA) quantises in its P V warpgroups
+  // when each CTA runs one item (as many CTAs as requests, none split), else takes the
+  // quantiser; never in 2-CTA clusters (128 rows), nor with the alternating kernel (page 4:
+  // the row gather).
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, {4096, 4096}, 2, Policy::kWorkList, 1, block), QDtype::kBFloat16),
+            QPath::kInline);
+  EXPECT_NE(path(host_plan(16, 4, {4096, 4096}, 2, Policy::kWorkList, 1, block)).q_operand.find("P V warpgroups"),
+            std::string::npos);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(12, 4, {4096, 4096}, 2, Policy::kWorkList, 1, block), QDtype::kBFloat16),
+            QPath::kInline);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(128, 1, {4096, 4096}, 4, Policy::kWorkList, 1, block),
+                                  QDtype::kBFloat16),
+            QPath::kQuantiserKernel);
+  EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, {4096, 4096}, 2, Policy::kWorkList, 1,
+                                             {4, 576, KvDtype::kFp8E4m3PerBlock}),
+                                  QDtype::kBFloat16),
+            QPath::kQuantiserKernel);
+  {
+    EnvGuard always("always");
+    EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, many, 3, Policy::kWorkList, 1, block), QDtype::kBFloat16),
+              QPath::kInline);
+  }
+  {
+    EnvGuard never("never");
+    EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, {4096, 4096}, 2, Policy::kWorkList, 1, block),
+                                    QDtype::kBFloat16),
+              QPath::kQuantiserKernel);
+  }
   {
     EnvGuard never("never");
     EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, many, 3), QDtype::kBFloat16), QPath::kQuantiserKernel);

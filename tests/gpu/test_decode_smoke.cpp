@@ -263,9 +263,13 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
 // The per-block split-role kernel (kernel_fp8_block_split.cu) on split_role_cases (several
 // items per CTA: the ring of P slots and the group maxima across items) and pages of 8 and
 // 16 (two loader warps; P V over 64, 48 and 32 rows), with power-of-two scales and scales
-// of any value.
+// of any value, with Q quantised by its P V warpgroups (KBMLA_Q_INLINE=always: every item,
+// one CTA; the 2-CTA clusters keep the quantiser) and by the quantiser (never).
 TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
   std::vector<GpuCase> cases = split_role_cases();
   GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
   pages_of_16.page_size = 16;
@@ -274,27 +278,30 @@ TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   GpuCase pages_of_8{12, 4, {500, 9}};
   pages_of_8.page_size = 8;
   cases.insert(cases.end(), {pages_of_16, pages_of_16_32, pages_of_8});
-  for (GpuCase c : cases) {
-    c.fp8_block = true;
-    SCOPED_TRACE(describe(c));
-    expect_accurate(c, run_gpu_case(c));
-    c.fp8_block_any_scales = true;
-    expect_accurate(c, run_gpu_case(c));
+  for (const char* q_path : {"always", "never"}) {
+    setenv("KBMLA_Q_INLINE", q_path, 1);
+    for (GpuCase c : cases) {
+      c.fp8_block = true;
+      SCOPED_TRACE(describe(c) + ", KBMLA_Q_INLINE=" + q_path);
+      expect_accurate(c, run_gpu_case(c));
+      c.fp8_block_any_scales = true;
+      expect_accurate(c, run_gpu_case(c));
+    }
   }
 }
 
 // A page out of range in the split-role kernels' tile (16 heads x q_len 4, pages of 32, one
-// item): the error word names it, the output is zeros and the LSE -inf; per-tensor with Q
-// quantised in the kernel and by the quantiser, and per-block.
+// item): the error word names it, the output is zeros and the LSE -inf; per-tensor and
+// per-block, each with Q quantised in the kernel and by the quantiser.
 TEST(GpuSmoke, Fp8SplitRoleKernelReportsABadPage) {
   KBMLA_REQUIRE_SM90();
   struct Restore {
     ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
   } restore;
-  for (const char* q_path : {"always", "never", "per-block"}) {
+  for (const char* q_path : {"always", "never", "per-block always", "per-block never"}) {
     SCOPED_TRACE(q_path);
-    const bool per_block = std::strcmp(q_path, "per-block") == 0;
-    if (!per_block) setenv("KBMLA_Q_INLINE", q_path, 1);
+    const bool per_block = std::strncmp(q_path, "per-block", 9) == 0;
+    setenv("KBMLA_Q_INLINE", per_block ? q_path + 10 : q_path, 1);
     DecodeConfig config;
     config.softmax_scale = 0.1f;
     config.q_len = 4;

@@ -26,6 +26,7 @@
 
 #include "src/sm90/decode/consumer_fp8_block.cuh"
 #include "src/sm90/decode/consumer_fp8_split.cuh"
+#include "src/sm90/decode/q_inline_fp8.cuh"
 
 namespace kbmla::sm90::fp8_block {
 
@@ -53,6 +54,10 @@ struct BlockSplitLayout : SmemLayoutT<false> {
   // The block's P (e4m3, 64 rows x 64 tokens, 64-byte swizzle) over the stage's rope box.
   static_assert(kRowsPerCta * kBlockTokens <= (kQkBoxes - kRopeBox) * fp8::kBoxBytes, "P fits the rope box");
   static_assert((kRopeBox * fp8::kBoxBytes) % 512 == 0, "P is swizzled (512-byte atoms)");
+  // The item's Q row scales when the P V warpgroups quantise Q (p.q_inline): in the unused
+  // own-P buffers (the split kernel's P lives over the stage's rope box).
+  static constexpr uint32_t q_scales = Base::own_p;
+  static_assert(4 * kRowsPerCta <= 2 * 2 * Base::kPBytes, "Q row scales fit the own-P buffers");
   static constexpr uint32_t split_barriers = (Base::end + 7) / 8 * 8;
   static constexpr uint32_t split_end = split_barriers + fp8::SplitBarriers<Base::kStages>::kBytes;
   static constexpr uint32_t alloc = split_end + 1024;
@@ -131,8 +136,14 @@ __device__ __forceinline__ void run_block_split_softmax(const DecodeParams& p, u
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
-    rows.begin_item(p, it, fp8::global_q_scales(p, it));
-    Mbarrier::wait(q_full, item_count & 1);
+    if (p.q_inline) {
+      // The P V warpgroups' quantised latent part and row scales, and the rope box by TMA.
+      Mbarrier::wait(q_full, item_count & 1);
+      rows.begin_item(p, it, fp8::QScales{reinterpret_cast<const float*>(smem + L::q_scales), 1, kRowsPerCta - 1});
+    } else {
+      rows.begin_item(p, it, fp8::global_q_scales(p, it));
+      Mbarrier::wait(q_full, item_count & 1);
+    }
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kStages;
       const uint32_t phase = (block_count / kStages) & 1;
@@ -174,6 +185,8 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   const int tid = threadIdx.x - 128 * (pv + 2), warp = tid / 32, lane = tid % 32;
   const int col_pair = 2 * (lane % 4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
+  uint64_t* q_full = bars + 0;
+  uint64_t* q_empty = bars + 1;
   uint64_t* empty = bars + 2 + kStages;
   const auto [p_full, stats_full, stats_empty] = fp8::SplitBarriers<kStages>(smem + L::split_barriers);
   const volatile int32_t* stage_flags = reinterpret_cast<int32_t*>(smem + L::stage_flags);
@@ -191,6 +204,16 @@ __device__ __forceinline__ void run_block_split_pv(const DecodeParams& p, uint8_
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
     const Item it = resolve_item(p, w);
     if (!it.run) continue;
+    if (p.q_inline) {
+      // A bf16 Q's latent part quantised here (q_inline_fp8.cuh; the host asks for it with
+      // one item per CTA, bench/NOTES.md v52): these warpgroups hold no O between items. The
+      // tile is free once the softmax warpgroup's last S of the previous item read it.
+      Mbarrier::wait(q_empty, (item_count & 1) ^ 1);
+      // (64 groups of 8 columns: the 512 latent ones; the bf16 rope box comes by TMA.)
+      fp8::quantise_q_tile<64, kRowsPerCta, L::kQLatentBoxBytes>(
+          p, it, smem + L::q, reinterpret_cast<float*>(smem + L::q_scales), 4 * pv + warp, lane);
+      if (pv == 0 && tid == 0) Mbarrier::arrive(q_full);  // (q_full counts it beside the rope's TMA)
+    }
     float o[4][kAcc];
 #pragma unroll
     for (int b = 0; b < 4; ++b) {

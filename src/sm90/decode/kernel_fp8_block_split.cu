@@ -1,7 +1,9 @@
 // The per-block-scale fp8 kernel for tiles of 17..64 rows (one CTA, or each CTA of a 2-CTA
 // cluster's 128-row tile) with a softmax warpgroup and two P V warpgroups
 // (consumer_fp8_block_split.cuh); kernel.hpp, fp8_block_split_roles, says which calls
-// take it. Q comes by TMA (the quantiser's e4m3 latent part, the bf16 rope).
+// take it. Q comes by TMA (the quantiser's e4m3 latent part, the bf16 rope), or with
+// p.q_inline the P V warpgroups quantise a bf16 Q's latent part at each item's start and
+// only the rope comes by TMA (launch_choices.cpp, choose_q_path, says when).
 #include "kbmla/error.hpp"
 #include "src/common/per_device.hpp"
 #include "src/sm90/decode/consumer_fp8_block_split.cuh"
@@ -27,7 +29,7 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
   uint8_t* smem = align_1024(smem_raw);
   uint64_t* bars = reinterpret_cast<uint64_t*>(smem + L::barriers);
   if (threadIdx.x == 0) {
-    cute::prefetch_tma_descriptor(&q_maps.latent);
+    if (!p.q_inline) cute::prefetch_tma_descriptor(&q_maps.latent);  // p.q_inline: the P V warpgroups quantise it
     cute::prefetch_tma_descriptor(&q_maps.rope);
     cute::prefetch_tma_descriptor(&kv_maps.data);
     cute::prefetch_tma_descriptor(&kv_maps.scales);
@@ -38,6 +40,8 @@ __global__ void __launch_bounds__(fp8::kSplitThreads, 1)
       for (int s = 0; s < kStages; ++s) reinterpret_cast<int32_t*>(smem + L::stage_flags)[s] = 0;
     }
     init_pipeline_barriers<kStages>(bars, p.cluster_size, kTwoLoaders ? 2 : 1);
+    // p.q_inline: q_full also waits for the P V warpgroups' quantised latent part.
+    if (p.q_inline) Mbarrier::init(bars + 0, 2);
     fp8::init_split_barriers<kStages>(smem + L::split_barriers, bars);
   }
   kernel_prologue_sync(p.cluster_size);
