@@ -290,6 +290,45 @@ TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   }
 }
 
+// The per-block split-role kernel with Q quantised by its P V warpgroups (the host's
+// choice where each CTA runs one item: worklist plans of as many equal requests as CTAs,
+// the static policy), over 64-, 48-, 32- and 17-row tiles and pages of 16 (two loader
+// warps): accurate, and bit for bit the outputs of the quantiser's Q (KBMLA_Q_INLINE=never:
+// the same e4m3 bytes and row scales, the same kernel arithmetic).
+TEST(GpuSmoke, Fp8BlockSplitRoleKernelQuantisesQInItsPvWarpgroups) {
+  KBMLA_REQUIRE_SM90();
+  struct Restore {
+    ~Restore() { unsetenv("KBMLA_Q_INLINE"); }
+  } restore;
+  GpuCase rows_64{16, 4, {2000, 2000}};
+  rows_64.num_ctas = 2;
+  GpuCase rows_48{12, 4, {1500, 1500, 1500}};
+  rows_48.num_ctas = 3;
+  GpuCase rows_32{8, 4, {900, 900}};
+  rows_32.num_ctas = 2;
+  GpuCase rows_17{17, 1, {700, 700}};
+  rows_17.num_ctas = 2;
+  GpuCase fixed{16, 4, {3000, 70, 1}};
+  fixed.policy = Policy::kStatic;
+  fixed.static_splits = 3;
+  GpuCase pages_of_16{16, 4, {1000, 1000}};
+  pages_of_16.page_size = 16;
+  pages_of_16.num_ctas = 2;
+  for (GpuCase c : {rows_64, rows_48, rows_32, rows_17, fixed, pages_of_16}) {
+    c.fp8_block = true;
+    SCOPED_TRACE(describe(c));
+    unsetenv("KBMLA_Q_INLINE");
+    const GpuResult inline_q = run_gpu_case(c);
+    EXPECT_NE(inline_q.path.q_operand.find("P V warpgroups"), std::string::npos) << inline_q.path.summary();
+    expect_accurate(c, inline_q);
+    setenv("KBMLA_Q_INLINE", "never", 1);
+    const GpuResult quantiser_q = run_gpu_case(c);
+    EXPECT_NE(quantiser_q.path.q_operand.find("quantiser"), std::string::npos) << quantiser_q.path.summary();
+    EXPECT_EQ(0, std::memcmp(inline_q.out.data(), quantiser_q.out.data(), inline_q.out.size() * sizeof(ref::Bf16)));
+    EXPECT_EQ(0, std::memcmp(inline_q.lse.data(), quantiser_q.lse.data(), inline_q.lse.size() * sizeof(float)));
+  }
+}
+
 // A page out of range in the split-role kernels' tile (16 heads x q_len 4, pages of 32, one
 // item): the error word names it, the output is zeros and the LSE -inf; per-tensor and
 // per-block, each with Q quantised in the kernel and by the quantiser.
