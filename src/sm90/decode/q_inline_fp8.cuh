@@ -62,17 +62,20 @@ __device__ __forceinline__ float abs_max8(uint4 v) {
   return bf16x2_magnitude(abs_max_bf16x2(abs_max_bf16x2(v.x, v.y), abs_max_bf16x2(v.z, v.w)));
 }
 
-// The consumers' (256 threads, warp gw = 4 wg + warp) quantisation of the item's Q tile
-// (the split-role kernel stages its Q instead: q_staged_fp8.cuh):
+// The consumers' (256 threads, warp gw = 4 wg + warp; in the per-block split-role kernel
+// its two P V warpgroups) quantisation of the item's Q tile (the per-tensor split-role
+// kernel stages its Q instead: q_staged_fp8.cuh):
 // kRows rows (64, or 16 for the narrow tiles whose S^T reads only those), kRows / 8 per
 // warp, the loads of up to four rows in flight at once (12 x 16 bytes per lane); the
 // first kGroups 16-byte groups of each row (72: d_qk 576, 64: d_qk 512 or the per-block
 // kernel's latent part), latent boxes kBoxBytes apart. Inlined (a call read the
 // parameters by generic loads and made its shuffles collective sequences: v27); the
-// 2-CTA cluster kernels do not instantiate it (their consumers' registers are spoken for).
-// Rows past the request's rows are zeros with scale 1 (their keys are all masked). The
-// caller must have passed the previous item's last barrier (every S of it done); this
-// ends with the tile and the scales visible to both consumers' wgmma and loads.
+// alternating 2-CTA cluster kernels do not instantiate it (their consumers' registers are
+// spoken for), and the host never asks a cluster for it. Rows past the request's rows are
+// zeros with scale 1 (their keys are all masked). The caller must have passed the previous
+// item's last barrier (every S of it done); this ends with the tile and the scales written
+// and fenced to the async proxy, and the 256 threads synced (kBarFp8QReady): their wgmma
+// may read it, and one of them may hand it on by an mbarrier arrival.
 template <int kGroups, int kRows, uint32_t kBoxBytes>
 __device__ __forceinline__ void quantise_q_tile(const DecodeParams& p, const Item& it, uint8_t* q_tile,
                                                 float* q_scales, int gw, int lane) {
