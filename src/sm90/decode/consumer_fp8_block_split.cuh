@@ -17,7 +17,8 @@
 // row 3.8 % (3.5 %).
 // The row factors and rescale flag of a block are per stage (the hand-over slots' row
 // maxima are unused here, and the per-stage factors fit in their place). The layout's
-// own-P buffers (the alternating kernel's) are unused.
+// own-P buffers (the alternating kernel's) hold only the item's Q row scales when the P V
+// warpgroups quantise Q (p.q_inline, one-item plans; bench/NOTES.md v52).
 // Registers (512 threads): producer 40 (loader, Q loader, scale helper; as the alternating
 // kernel's), softmax 120 (S and one group's product, 64, while it folds), P V 176 (O^T 128,
 // the V^T fragments of one k-step, 16, and their factor pairs, 8; no spills in the block
