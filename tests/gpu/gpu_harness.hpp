@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ using GpuResult = check::CheckResult;
     static const ::kbmla::DeviceInfo info_ = ::kbmla::query_device();               \
     if (!info_.supported) GTEST_SKIP() << "no sm_90 GPU: " << info_.reason;         \
   } while (0)
+
+// Unsets an environment switch (KBMLA_Q_INLINE, KBMLA_EARLY_COMBINE: read per call) when the
+// test that set it ends, however it ends, so that later tests run the default path.
+struct UnsetEnvOnExit {
+  const char* name;
+  ~UnsetEnvOnExit() { unsetenv(name); }
+};
 
 // A host-made bf16 plan (work list unless `policy` says otherwise).
 inline DevicePlan make_bf16_plan(int heads, int q_len, const std::vector<int32_t>& seqlens, int num_ctas,

@@ -66,14 +66,12 @@ struct BlockSplitLayout : SmemLayoutT<false> {
 static_assert(BlockSplitLayout::alloc <= 232448, "over the sm_90 shared-memory limit per CTA");
 
 // P (fp32 in the S fragment layout, s of BlockWideRows after exponentials) as one e4m3
-// tile in fp8::WideRows::write_p's token order, 64-byte rows with the 64-byte swizzle.
+// tile in the per-tensor kernel's token order (fp8::store_p_words).
 __device__ __forceinline__ void store_p_e4m3(const float (&p)[32], uint8_t* tile, int r0, int r1, int col_pair) {
 #pragma unroll
   for (int g = 0; g < 4; ++g) {
-    *reinterpret_cast<uint32_t*>(tile + swizzled64(r0, 16 * g + 2 * col_pair)) =
-        fp8::e4m3x4(p[8 * g + 0], p[8 * g + 1], p[8 * g + 4], p[8 * g + 5]);
-    *reinterpret_cast<uint32_t*>(tile + swizzled64(r1, 16 * g + 2 * col_pair)) =
-        fp8::e4m3x4(p[8 * g + 2], p[8 * g + 3], p[8 * g + 6], p[8 * g + 7]);
+    fp8::store_p_words(tile, r0, r1, col_pair, g, fp8::e4m3x4(p[8 * g + 0], p[8 * g + 1], p[8 * g + 4], p[8 * g + 5]),
+                       fp8::e4m3x4(p[8 * g + 2], p[8 * g + 3], p[8 * g + 6], p[8 * g + 7]));
   }
 }
 

@@ -36,6 +36,15 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
   return lo | (hi << 16);
 }
 
+// Word g of rows r0 and r1 of a 64-row e4m3 P tile for the lane of S column pair col_pair
+// (the wide rows' A fragment token order, WideRows::write_p): the lane's tokens
+// 16g + col_pair + {0, 1} and 16g + 8 + col_pair + {0, 1}, at positions 16g + 2 col_pair + 0..3.
+__device__ __forceinline__ void store_p_words(uint8_t* p_tile, int r0, int r1, int col_pair, int g, uint32_t word0,
+                                              uint32_t word1) {
+  *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) = word0;
+  *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) = word1;
+}
+
 // The owner's S of the stage at stage_addr (the per-tensor layout, config_fp8.hpp): 16
 // k-steps of 32 over the four 128-byte latent boxes, then (d_qk 576) 2 over the 64-byte rope
 // box; one commit group. N = 32 accumulators: S (64 rows x 64 tokens) = Q K^T; N = 8: S^T
@@ -177,10 +186,7 @@ struct WideRows {
     l0 = l0 * alpha0 + sum0;
     l1 = l1 * alpha1 + sum1;
 #pragma unroll
-    for (int g = 0; g < 4; ++g) {
-      *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r0, 16 * g + 2 * col_pair)) = p_words0[g];
-      *reinterpret_cast<uint32_t*>(p_tile + swizzled64(r1, 16 * g + 2 * col_pair)) = p_words1[g];
-    }
+    for (int g = 0; g < 4; ++g) store_p_words(p_tile, r0, r1, col_pair, g, p_words0[g], p_words1[g]);
   }
 
   // (max, partial sum) of each row for the epilogue, in this consumer's 64 entries.
