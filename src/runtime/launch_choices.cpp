@@ -90,25 +90,6 @@ bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
   return rows <= sm90::kFp8NarrowRows || max_items_per_cta(P) <= 1;
 }
 
-// The per-block split-role kernel's P V warpgroups quantise each item's Q at its start
-// (bench/NOTES.md v52): with one item per CTA, or when few CTAs run a later item, whose
-// Q then waits behind the previous item's P V tail. Measured with Q in the kernel against
-// the quantiser (v52, three rounds): one item a CTA -2.7..-4.3 %; 134 items on 132 CTAs
-// (B4_Sq4) -1.1..-1.4 %; 160 on 132 (B32_Sq4) -0.2 %; 179 (kimi) +1.7 %; 253
-// (lognormal) +6.7..+7.7 %. Hence items <= 9/8 of the slots (host-made work lists; a
-// device-made plan's counts are not known on the host).
-bool few_later_items(const DevicePlan::Impl& P) {
-  if (P.options.policy != Policy::kWorkList || P.device_planned) return false;
-  const PlanCounts& c = P.host.counts;
-  return int64_t{c.num_items} * 8 <= int64_t{c.num_active_clusters} * 9;
-}
-
-bool fp8_block_split_quantises_q(const DevicePlan::Impl& P, int rows) {
-  if (P.host.shape.cluster_size != 1) return false;
-  if (const char* setting = q_inline_setting()) return std::strcmp(setting, "always") == 0;
-  return fp8_quantises_q_in_kernel(P, rows) || few_later_items(P);
-}
-
 QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
   const DecodeConfig& c = P.config;
   const bool fp8 = c.kv_dtype == KvDtype::kFp8E4m3;
@@ -124,8 +105,7 @@ QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
     // alternating kernel's wide form has no shared memory left for the row scales (v27).
     const bool narrow = sm90::fp8_block_narrow(rows, P.host.shape.cluster_size);
     const bool split = sm90::fp8_block_split_kernel_wanted(kernel_choice_params(P, false));
-    const bool inline_q = narrow ? fp8_quantises_q_in_kernel(P, rows) : split && fp8_block_split_quantises_q(P, rows);
-    return inline_q ? QPath::kInline : QPath::kQuantiserKernel;
+    return (narrow || split) && fp8_quantises_q_in_kernel(P, rows) ? QPath::kInline : QPath::kQuantiserKernel;
   }
   if (q_dtype == QDtype::kFp8E4m3) return QPath::kCallerE4m3;
   if (fp8_stages_q_in_kernel(P)) return QPath::kStaged;

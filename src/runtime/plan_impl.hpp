@@ -55,11 +55,6 @@ int max_items_per_cta(const DevicePlan::Impl& P);
 // query rows, instead of after the quantiser kernel (launch_choices.cpp says when and why).
 bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows);
 
-// Whether the per-block split-role kernel's P V warpgroups quantise a bf16 Q: as above, or
-// when the plan's items are at most 9/8 of its slots (launch_choices.cpp).
-bool few_later_items(const DevicePlan::Impl& P);
-bool fp8_block_split_quantises_q(const DevicePlan::Impl& P, int rows);
-
 // Whether the per-tensor fp8 call stages its bf16 Q for the split-role kernel to quantise
 // (DecodeParams::q_staged; launch_choices.cpp), taking precedence over the above.
 bool fp8_stages_q_in_kernel(const DevicePlan::Impl& P);

@@ -13,6 +13,7 @@
 #include "kbmla/static_baseline.hpp"
 #include "src/runtime/plan_impl.hpp"
 #include "src/sm90/decode/kernel.hpp"
+#include "src/sm90/decode/kernel.hpp"
 
 namespace kbmla {
 namespace {
@@ -421,41 +422,6 @@ TEST(DecodePath, KernelChoiceByShapeAndPage) {
             K::kFp8BlockAlternating);
 }
 
-// The per-block split-role kernel's Q with a few later items (launch_choices.cpp,
-// few_later_items): in its P V warpgroups when the work list's items are at most 9/8 of its
-// slots (B4_Sq4: 134 items on 132 CTAs, a few CTAs running two), the quantiser with more;
-// device-made plans and KBMLA_Q_INLINE=never keep the quantiser.
-TEST(LaunchChoices, Fp8BlockSplitQWithFewLaterItems) {
-  EnvGuard env(nullptr);
-  using detail::QPath;
-  const CacheShape block{64, 576, KvDtype::kFp8E4m3PerBlock};
-  auto q_path = [](const std::unique_ptr<DevicePlan::Impl>& plan) {
-    return detail::choose_q_path(*plan, QDtype::kBFloat16);
-  };
-  const auto b4 = host_plan(16, 4, std::vector<int32_t>(4, 131072), 132, Policy::kWorkList, 1, block);
-  const PlanCounts& c = b4->host.counts;
-  ASSERT_GT(detail::max_items_per_cta(*b4), 1) << "the case needs CTAs with a later item";
-  ASSERT_LE(int64_t{c.num_items} * 8, int64_t{c.num_active_clusters} * 9) << c.num_items << " items, "
-                                                                          << c.num_active_clusters << " slots";
-  EXPECT_TRUE(detail::few_later_items(*b4));
-  EXPECT_EQ(q_path(b4), QPath::kInline);
-  // Many short requests on 3 CTAs: several items each.
-  const auto many = host_plan(16, 4, {300, 900, 64, 2000, 5, 700, 1200}, 3, Policy::kWorkList, 1, block);
-  EXPECT_FALSE(detail::few_later_items(*many));
-  EXPECT_EQ(q_path(many), QPath::kQuantiserKernel);
-  // The per-tensor format is unaffected (its split-role kernel stages Q).
-  EXPECT_EQ(q_path(host_plan(16, 4, std::vector<int32_t>(4, 131072), 132)), QPath::kStaged);
-  // Static policies: the items per CTA decide (one each: inline).
-  EXPECT_FALSE(detail::few_later_items(*host_plan(16, 4, {4096, 4096}, 2, Policy::kStatic, 1, block)));
-  {
-    EnvGuard never("never");
-    EXPECT_EQ(q_path(b4), QPath::kQuantiserKernel);
-  }
-  // 2-CTA clusters (128 rows): the quantiser.
-  EXPECT_EQ(q_path(host_plan(32, 4, std::vector<int32_t>(4, 131072), 132, Policy::kWorkList, 1, block)),
-            QPath::kQuantiserKernel);
-}
-
 TEST(DecodePath, QAndPOperandsAndTheCombine) {
   EnvGuard env(nullptr);
   const std::vector<int32_t> two = {4096, 700};
@@ -476,8 +442,8 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   EXPECT_EQ(detail::choose_q_path(*host_plan(16, 1, many, 3, Policy::kWorkList, 1, block), QDtype::kBFloat16),
             QPath::kInline);
   // The per-block split-role kernel (17..64 rows, one CTA) quantises in its P V warpgroups
-  // when each CTA runs one item (as many CTAs as requests, none split) or few CTAs run a
-  // later one (LaunchChoices.Fp8BlockSplitQWithFewLaterItems), else takes the quantiser; never in 2-CTA clusters (128 rows), nor with the alternating kernel (page 4:
+  // when each CTA runs one item (as many CTAs as requests, none split), else takes the
+  // quantiser; never in 2-CTA clusters (128 rows), nor with the alternating kernel (page 4:
   // the row gather).
   EXPECT_EQ(detail::choose_q_path(*host_plan(16, 4, {4096, 4096}, 2, Policy::kWorkList, 1, block), QDtype::kBFloat16),
             QPath::kInline);
