@@ -13,7 +13,6 @@
 #include "kbmla/static_baseline.hpp"
 #include "src/runtime/plan_impl.hpp"
 #include "src/sm90/decode/kernel.hpp"
-#include "src/sm90/decode/kernel.hpp"
 
 namespace kbmla {
 namespace {
