@@ -1,10 +1,11 @@
 // Conversion-throughput probe (bench/NOTES.md v53): one CTA of 1, 4, 8 or 16 warps, each
 // thread eight independent chains of one conversion (or HMUL2, or five integer ops) and an
 // XOR, 4,000 rounds, clock64 around the loop; prints cycles per warp-instruction of one
-// warp. With warps spread over the four sub-partitions, warps / 4 x that figure is the
-// sub-partition's cost of one warp-instruction. Build: nvcc -O3 -gencode
-// arch=compute_90a,code=sm_90a -cudart static -o build-alt/conversion_probe
-// bench/conversion_probe.cu
+// warp. With the warps spread over the four sub-partitions (4 or more warps), that figure
+// divided by warps / 4 is a sub-partition's cost of one warp-instruction (16 warps, 16.3
+// cycles: ~4.1 for each conversion on the H200, bench/results/logs-v53).
+// Build: nvcc -O3 -gencode arch=compute_90a,code=sm_90a -cudart static
+// -o build-alt/conversion_probe bench/conversion_probe.cu
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
