@@ -221,6 +221,18 @@ std::vector<GpuCase> split_role_cases() {
           cluster_tiles, cluster_items, cluster_empty_cta, cluster_pages_16, cluster_pages_8};
 }
 
+// One-CTA tiles over pages of 16 and 8 tokens (two loader warps; P V over 64, 48 and 32
+// rows), for both split-role kernels' tests.
+std::vector<GpuCase> split_role_small_page_cases() {
+  GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
+  pages_of_16.page_size = 16;
+  GpuCase pages_of_16_32{16, 2, {700, 1301}};
+  pages_of_16_32.page_size = 16;
+  GpuCase pages_of_8{12, 4, {500, 9}};
+  pages_of_8.page_size = 8;
+  return {pages_of_16, pages_of_16_32, pages_of_8};
+}
+
 // The split-role kernel (per-tensor fp8 tiles of 17..64 rows, kernel_fp8_split.cu) with Q
 // quantised by the quantiser (KBMLA_Q_INLINE=never) and staged by TMA and quantised by its
 // softmax warpgroup (always, auto's choice: q_staged_fp8.cuh): split_role_cases (several
@@ -241,13 +253,9 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   no_rope_48.num_ctas = 5;
   GpuCase no_rope_32{8, 4, {900, 2100}};
   no_rope_32.d_qk = 512;
-  GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
-  pages_of_16.page_size = 16;
-  GpuCase pages_of_16_32{16, 2, {700, 1301}};
-  pages_of_16_32.page_size = 16;
-  GpuCase pages_of_8{12, 4, {500, 9}};
-  pages_of_8.page_size = 8;
-  cases.insert(cases.end(), {e4m3_q, no_rope, no_rope_48, no_rope_32, pages_of_16, pages_of_16_32, pages_of_8});
+  cases.insert(cases.end(), {e4m3_q, no_rope, no_rope_48, no_rope_32});
+  const std::vector<GpuCase> small = split_role_small_page_cases();
+  cases.insert(cases.end(), small.begin(), small.end());
   for (const char* q_path : {"always", "never"}) {
     setenv("KBMLA_Q_INLINE", q_path, 1);
     for (GpuCase c : cases) {
@@ -267,13 +275,8 @@ TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
   std::vector<GpuCase> cases = split_role_cases();
-  GpuCase pages_of_16{16, 4, {1000, 61, 2049}};  // two loader warps; 1..7-part last blocks
-  pages_of_16.page_size = 16;
-  GpuCase pages_of_16_32{16, 2, {700, 1301}};
-  pages_of_16_32.page_size = 16;
-  GpuCase pages_of_8{12, 4, {500, 9}};
-  pages_of_8.page_size = 8;
-  cases.insert(cases.end(), {pages_of_16, pages_of_16_32, pages_of_8});
+  const std::vector<GpuCase> small = split_role_small_page_cases();
+  cases.insert(cases.end(), small.begin(), small.end());
   for (const char* q_path : {"always", "never"}) {
     setenv("KBMLA_Q_INLINE", q_path, 1);
     for (GpuCase c : cases) {
