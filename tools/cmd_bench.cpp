@@ -30,6 +30,7 @@
 #include "tools/cases.hpp"
 #include "tools/clock_probe.hpp"
 #include "tools/commands.hpp"
+#include "tools/graph_ab.hpp"
 #include "tools/item_phases.hpp"
 #include "tools/page_order.hpp"
 
@@ -61,6 +62,7 @@ struct BenchOptions {
   bool balance = false;
   bool device_plan = false;
   bool graph = false;
+  int graph_ab_rounds = 0;  // --graph-ab: alternated eager / graph rounds (graph_ab.hpp)
   int invariant_blocks = 0;
   CostModel cost{0, 0, 0};  // zeros: the decode's default model
 };
@@ -84,6 +86,7 @@ struct Measurement {
   int split_kv = 0;
   double median_us = 0, rotated_us = 0, plan_us = 0, host_us = 0;
   double graph_us = 0;  // --graph: the same call captured in a CUDA graph, replays timed like a run
+  std::vector<GraphAbRound> graph_ab;  // --graph-ab
   bool output_finite = false;
   // --balance: each CTA's busy interval, their max / mean, and for plans with a combine its
   // blocks' spans after the decode's last CTA ended (balance_records.hpp).
@@ -255,20 +258,8 @@ int run_bench(const BenchOptions& o) {
     // checks and per-launch work between the event and the first kernel.
     auto graph_median_us = [&](const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
                                tools::ClockSummary& graph_clock) {
-      cudaGraph_t graph = nullptr;
-      cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-      try {
-        detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull);
-      } catch (...) {
-        cudaStreamEndCapture(stream, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        throw;
-      }
-      cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      cuda_check(inst, "graph instantiate");
+      cudaGraphExec_t exec =
+          capture_call_graph(stream, [&] { detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull); });
       probe.start();
       const double us = median_us([&](int) { cuda_check(cudaGraphLaunch(exec, stream), "graph launch"); }, o.runs,
                                   o.warmup, stream);
@@ -337,8 +328,18 @@ int run_bench(const BenchOptions& o) {
         m.host_us = total / kHostRuns;
       }
       // (The work list's timed measurement only: not the static sweep's or the warm-up pass.)
+      // From an idle GPU as the eager runs: right after them and the host-time calls, the
+      // 96- and 128-head calls replayed 3-8 % slower than eager in every v50-v52 suite, and
+      // 1-2 % faster than eager when each was timed after the idle wait (--graph-ab, NOTES v55).
       if (o.graph && policy == Policy::kWorkList && rotated_too && mode == sm90::KernelMode::kFull && with_combine) {
+        if (o.cool_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.cool_ms));
         m.graph_us = graph_median_us(plan, kv[0], a, m.graph_clock);
+      }
+      if (o.graph_ab_rounds > 0 && policy == Policy::kWorkList && rotated_too && mode == sm90::KernelMode::kFull &&
+          with_combine) {
+        m.graph_ab = run_graph_ab(
+            o.graph_ab_rounds, o.runs, o.warmup, o.cool_ms, stream,
+            [&](bool combine) { detail::decode_with_mode(plan, kv[0], a, sm90::KernelMode::kFull, combine); }, probe);
       }
       if (rotated_too && kv.size() > 1) {
         m.rotated_us = median_us([&](int i) { detail::decode_with_mode(plan, kv[size_t(i) % kv.size()], a, mode); },
@@ -497,6 +498,7 @@ int run_bench(const BenchOptions& o) {
         r["graph_median_us"] = best.graph_us;
         r["graph_pct_of_copy"] = 100.0 * io_bytes / (best.graph_us * 1e3) / copy_gbps;
       }
+      if (!best.graph_ab.empty()) r["graph_ab"] = print_graph_ab(bc.name, best.graph_ab);
       if (best.balance.combine_end_us >= 0) {
         r["combine_start_after_decode_us"] = best.balance.combine_start_us;
         r["combine_end_after_decode_us"] = best.balance.combine_end_us;
@@ -590,6 +592,10 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_flag("--graph", o->graph,
                 "Also time each work-list call captured in a CUDA graph (replays, each on an idle GPU as the runs "
                 "are): the call without the host's work before its first kernel");
+  cmd->add_option("--graph-ab", o->graph_ab_rounds,
+                  "Also time the work-list call eager and replayed from a CUDA graph, with and without its combine, "
+                  "in this many alternated rounds (each measurement after --cool-ms idle)")
+      ->check(CLI::Range(0, 100));
   cmd->add_flag("--spike", o->spike,
                 "Also time the work-list kernel with loads only (consumers just release stages) and with math only "
                 "(no KV loads): the loader's and the math loop's ceilings (bf16), and every kernel without the "

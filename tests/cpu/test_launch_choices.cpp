@@ -179,6 +179,24 @@ TEST(LaunchChoices, CombineGrid) {
   EXPECT_EQ(combine_blocks(combine_counts(16, 3, 1, 132, 0)), 16 * 4 + (2 * 16 + 15) / 16);
 }
 
+// A batch-invariant plan merges every wide request in 16-warp blocks, whatever the widest
+// request of its batch: the order of the merge's sums (so the bits) is the request's own.
+TEST(LaunchChoices, BatchInvariantPlansMergeWideRequestsInSixteenWarpBlocks) {
+  const DecodeConfig config{.heads = 16, .q_len = 1, .kv_dtype = KvDtype::kFp8E4m3, .softmax_scale = 1.f};
+  for (const std::vector<int32_t>& seqlens : {std::vector<int32_t>{70000}, std::vector<int32_t>{70000, 130000}}) {
+    const auto inv = detail::make_host_impl(
+        config, seqlens, PlanOptions{.policy = Policy::kWorkList, .num_ctas = 132, .batch_invariant_split_blocks = 16});
+    ASSERT_EQ(inv->host.num_splits[0], 69);  // 1094 blocks in splits of 16
+    const CombineParams p = detail::combine_plan_params(*inv);
+    ASSERT_GT(p.num_wide_requests, 0);
+    EXPECT_EQ(combine_kernel_choice(p).warps, 16) << seqlens.size();
+  }
+  // Balanced plans keep the block size of their widest request: 8 warps for 69 splits.
+  const auto balanced = host_plan(16, 1, {70000}, 69);
+  ASSERT_EQ(balanced->host.num_splits[0], 69);
+  EXPECT_EQ(combine_kernel_choice(detail::combine_plan_params(*balanced)).warps, 8);
+}
+
 TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
   // fp32 partials (bf16 cache): the general kernels, warps by the widest request.
   CombineParams p = combine_counts(64, 5, 0, 0, 1);
