@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,27 @@ using GpuResult = check::CheckResult;
 
 // Unsets an environment switch (KBMLA_Q_INLINE, KBMLA_EARLY_COMBINE: read per call) when the
 // test that set it ends, however it ends, so that later tests run the default path.
-struct UnsetEnvOnExit {
-  const char* name;
-  ~UnsetEnvOnExit() { unsetenv(name); }
+// Puts an environment variable back as the test found it (set to its value, or unset) when
+// the scope ends, so that a switch a test sets does not leak into later tests, nor clear one
+// the caller set for the whole run.
+class RestoreEnvOnExit {
+ public:
+  explicit RestoreEnvOnExit(const char* name) : name_(name) {
+    if (const char* v = std::getenv(name)) saved_ = std::string(v);
+  }
+  ~RestoreEnvOnExit() {
+    if (saved_) {
+      setenv(name_, saved_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  RestoreEnvOnExit(const RestoreEnvOnExit&) = delete;
+  RestoreEnvOnExit& operator=(const RestoreEnvOnExit&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> saved_;
 };
 
 // A host-made bf16 plan (work list unless `policy` says otherwise).

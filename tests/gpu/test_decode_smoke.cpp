@@ -241,7 +241,7 @@ std::vector<GpuCase> split_role_small_page_cases() {
 // 2-CTA clusters of 64 rows a CTA.
 TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   std::vector<GpuCase> cases = split_role_cases();
   GpuCase e4m3_q{16, 4, {3000, 70}};
   e4m3_q.fp8_q = true;
@@ -273,7 +273,7 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
 // one CTA; the 2-CTA clusters keep the quantiser) and by the quantiser (never).
 TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   std::vector<GpuCase> cases = split_role_cases();
   const std::vector<GpuCase> small = split_role_small_page_cases();
   cases.insert(cases.end(), small.begin(), small.end());
@@ -296,7 +296,7 @@ TEST(GpuSmoke, Fp8BlockSplitRoleKernelMatchesTheReference) {
 // the same e4m3 bytes and row scales, the same kernel arithmetic).
 TEST(GpuSmoke, Fp8BlockSplitRoleKernelQuantisesQInItsPvWarpgroups) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   GpuCase rows_64{16, 4, {2000, 2000}};
   rows_64.num_ctas = 2;
   GpuCase rows_48{12, 4, {1500, 1500, 1500}};
@@ -331,7 +331,7 @@ TEST(GpuSmoke, Fp8BlockSplitRoleKernelQuantisesQInItsPvWarpgroups) {
 // per-block, each with Q quantised in the kernel and by the quantiser.
 TEST(GpuSmoke, Fp8SplitRoleKernelReportsABadPage) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   for (const char* q_path : {"always", "never", "per-block always", "per-block never"}) {
     SCOPED_TRACE(q_path);
     const bool per_block = std::strncmp(q_path, "per-block", 9) == 0;

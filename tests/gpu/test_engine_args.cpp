@@ -246,7 +246,7 @@ DecodeConfig fp8_config(int heads, int q_len, double scale, KvDtype dtype) {
 // maps take those strides, and the quantiser kernel): the same outputs as the dense call.
 TEST(GpuEngineArgs, Fp8CacheWithPaddedSplitQOnBothQPaths) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   const int heads = 16, q_len = 4;  // 64-row tiles
   const std::vector<int32_t> seqlens = {300, 1500, 0, 77};
   const auto data = random_problem(heads, q_len, seqlens, 7);
@@ -282,7 +282,7 @@ TEST(GpuEngineArgs, Fp8CacheWithPaddedSplitQOnBothQPaths) {
 // bit for bit the quantiser's path.
 TEST(GpuEngineArgs, Fp8BlockNarrowTileWithPaddedSplitQOnBothQPaths) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   const int heads = 16, q_len = 1;
   const std::vector<int32_t> seqlens = {300, 1500, 77, 0};
   const auto data = random_problem(heads, q_len, seqlens, 8);

@@ -87,7 +87,7 @@ TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
 // a request.
 TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_EARLY_COMBINE"};
+  const RestoreEnvOnExit restore("KBMLA_EARLY_COMBINE");
   // {case, whether its plan takes early merges}; the short requests stay whole, and the
   // 64-row batches run on 24 CTAs, so that their merges are narrow and one wave.
   std::vector<std::pair<GpuCase, bool>> cases;
@@ -192,7 +192,7 @@ TEST(GpuSharedWorkspace, DenseWideMergesOfBf16Partials) {
 // where the automatic choice would take only one of the ways.
 TEST(GpuSharedWorkspace, Fp8QQuantisedByTheConsumersOrTheQuantiserAlike) {
   KBMLA_REQUIRE_SM90();
-  const UnsetEnvOnExit restore{"KBMLA_Q_INLINE"};
+  const RestoreEnvOnExit restore("KBMLA_Q_INLINE");
   std::vector<GpuCase> cases;
   GpuCase wide{16, 4, {3000, 5000, 4096, 1, 700, 9000, 130}};
   wide.num_ctas = 5;
