@@ -258,13 +258,12 @@ int run_bench(const BenchOptions& o) {
     // checks and per-launch work between the event and the first kernel.
     auto graph_median_us = [&](const DevicePlan& plan, const KvCache& cache, const DecodeArgs& a,
                                tools::ClockSummary& graph_clock) {
-      cudaGraphExec_t exec =
-          capture_call_graph(stream, [&] { detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull); });
+      const GraphExec g{
+          capture_call_graph(stream, [&] { detail::decode_with_mode(plan, cache, a, sm90::KernelMode::kFull); })};
       probe.start();
-      const double us = median_us([&](int) { cuda_check(cudaGraphLaunch(exec, stream), "graph launch"); }, o.runs,
+      const double us = median_us([&](int) { cuda_check(cudaGraphLaunch(g.exec, stream), "graph launch"); }, o.runs,
                                   o.warmup, stream);
       graph_clock = probe.stop();
-      cudaGraphExecDestroy(exec);
       return us;
     };
     auto measure = [&](Policy policy, int splits, int runs, bool rotated_too,
@@ -330,7 +329,7 @@ int run_bench(const BenchOptions& o) {
       // (The work list's timed measurement only: not the static sweep's or the warm-up pass.)
       // From an idle GPU as the eager runs: right after them and the host-time calls, the
       // 96- and 128-head calls replayed 3-8 % slower than eager in every v50-v52 suite, and
-      // 1-2 % faster than eager when each was timed after the idle wait (--graph-ab, NOTES v55).
+      // 0.4-5 % faster than eager when each was timed after the idle wait (--graph-ab, NOTES v55).
       if (o.graph && policy == Policy::kWorkList && rotated_too && mode == sm90::KernelMode::kFull && with_combine) {
         if (o.cool_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(o.cool_ms));
         m.graph_us = graph_median_us(plan, kv[0], a, m.graph_clock);

@@ -27,13 +27,6 @@ cudaGraphExec_t capture_call_graph(cudaStream_t stream, const std::function<void
   return exec;
 }
 
-namespace {
-struct GraphExec {
-  cudaGraphExec_t exec;
-  ~GraphExec() { cudaGraphExecDestroy(exec); }
-};
-}  // namespace
-
 std::vector<GraphAbRound> run_graph_ab(int rounds, int runs, int warmup, int cool_ms, cudaStream_t stream,
                                        const BenchCall& call, ClockProbe& probe) {
   const GraphExec full{capture_call_graph(stream, [&] { call(true); })};
@@ -41,7 +34,9 @@ std::vector<GraphAbRound> run_graph_ab(int rounds, int runs, int warmup, int coo
   auto cool = [&] {
     if (cool_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(cool_ms));
   };
-  auto replay = [&](cudaGraphExec_t exec) { return [&, exec](int) { cuda_check(cudaGraphLaunch(exec, stream), "graph launch"); }; };
+  auto replay = [&](cudaGraphExec_t exec) {
+    return [&, exec](int) { cuda_check(cudaGraphLaunch(exec, stream), "graph launch"); };
+  };
   std::vector<GraphAbRound> out;
   for (int round = 0; round < rounds; ++round) {
     GraphAbRound& r = out.emplace_back();

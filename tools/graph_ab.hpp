@@ -23,6 +23,15 @@ using BenchCall = std::function<void(bool with_combine)>;
 // The call captured from `stream` into an instantiated graph (throws with the capture ended).
 cudaGraphExec_t capture_call_graph(cudaStream_t stream, const std::function<void()>& call);
 
+// An instantiated graph, destroyed with its scope (a timed run may throw).
+struct GraphExec {
+  cudaGraphExec_t exec;
+  explicit GraphExec(cudaGraphExec_t e) : exec(e) {}
+  ~GraphExec() { cudaGraphExecDestroy(exec); }
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+};
+
 struct GraphAbRound {
   double eager_us = 0, graph_us = 0;                // decode + combine
   double eager_decode_us = 0, graph_decode_us = 0;  // the decode alone
