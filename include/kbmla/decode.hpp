@@ -92,8 +92,8 @@ struct PlanOptions {
   // Work list only, host plans: > 0 makes the plan batch-invariant. Each request is split
   // every this many 64-token KV blocks (at least ceil(blocks / 256)), from its own length
   // alone, so its output is bitwise the same whatever else is in the batch (the combine
-  // then merges every request of more than 16 splits the same way: in 16-warp blocks); the
-  // pieces are then balanced over the CTAs whole. 0: balanced splits (the default, faster).
+  // then sums every request of more than 16 splits in one order, whatever its block size);
+  // the pieces are then balanced over the CTAs whole. 0: balanced splits (the default, faster).
   int batch_invariant_split_blocks = 0;
 };
 

@@ -136,14 +136,25 @@ struct SplitWalk {
   __device__ __forceinline__ typename L::Raw load(int s) const {
     return s < ns ? L::load(base + s * stride) : typename L::Raw{};
   }
+  // The weighted sum of the walk's splits, in walk order.
   template <class Weight>
   __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 acc[1];
+    weighted_sums(weight, acc);
+    return acc[0];
+  }
+  // The same into kAccs sums: the j-th split of the walk goes to acc[j % kAccs] (the
+  // virtual warps of combine_wide's invariant order).
+  template <int kAccs, class Weight>
+  __device__ __forceinline__ void weighted_sums(Weight&& weight, float4 (&acc)[kAccs]) const {
+    static_assert(kLoadBatch % kAccs == 0, "a batch starts at the same accumulator");
+#pragma unroll
+    for (int i = 0; i < kAccs; ++i) acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
     for (int j = 0; j < kPrefetch; ++j) {
       const int s = first + j * step;
       const float w = s < ns ? weight(s) : 0.f;
-      if (w != 0.f) fma4(acc, w, L::values(v[j]));
+      if (w != 0.f) fma4(acc[j % kAccs], w, L::values(v[j]));
     }
     for (int s0 = first + kPrefetch * step; s0 < ns; s0 += kLoadBatch * step) {
       typename L::Raw u[kLoadBatch];
@@ -153,10 +164,9 @@ struct SplitWalk {
       for (int j = 0; j < kLoadBatch; ++j) {
         const int s = s0 + j * step;
         const float w = s < ns ? weight(s) : 0.f;
-        if (w != 0.f) fma4(acc, w, L::values(u[j]));
+        if (w != 0.f) fma4(acc[(kPrefetch + j) % kAccs], w, L::values(u[j]));
       }
     }
-    return acc;
   }
 };
 
@@ -242,19 +252,30 @@ __device__ __forceinline__ void combine_narrow(const CombineParams& p, const Spl
   }
 }
 
-template <int kWarps>
+template <int kWarps, int kSums = kWarps>
 struct CombineShared {
   float weights[kMaxSplitsPerRequest];
   float scratch[kWarps];
-  float4 partial_sums[kWarps][32];
+  float4 partial_sums[kSums][32];
 };
+
+// Batch-invariant plans (CombineParams::invariant_order) need a wide request's bits to
+// follow its own splits, not the block size its batch chose (4, 8 or 16 warps). So they sum
+// as 16 virtual warps whatever kWarps is: virtual warp v adds splits v, v + 16, ... in order,
+// and warp 0 adds the 16 sums in order, as a 16-warp block's warps do. Warp w of kWarps holds
+// virtual warps w, w + kWarps, ... (its walk's j-th split is virtual warp w + kWarps (j %
+// (16 / kWarps))). The LSE reductions are already the same: the warp's shuffle tree over 32
+// consecutive splits, then the warps in order, the extra warps adding zeros.
+constexpr int kInvariantVirtualWarps = 16;
 
 // A wide request's (row, column quarter): the kWarps warps take every kWarps-th split, so
 // up to kWarps x kPrefetch float4 loads per lane are in flight even for one long request;
 // a shared-memory reduction adds the warps' sums. Block-uniform control flow (barriers).
-template <int kWarps, class Partial, bool kRaw>
-__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps>& sh, const SplitRequest& r,
-                                             int task) {
+template <int kWarps, class Partial, bool kRaw, bool kInvariant, int kSums>
+__device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShared<kWarps, kSums>& sh,
+                                             const SplitRequest& r, int task) {
+  constexpr int kAccs = kInvariant ? kInvariantVirtualWarps / kWarps : 1;
+  static_assert(kSums == kWarps * kAccs, "a partial sum per (virtual) warp");
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int quarter = task % kQuarters;
   const int row = (task / kQuarters) % p.rows;
@@ -277,11 +298,20 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
   if (int(threadIdx.x) < ns) sh.weights[threadIdx.x] = e / sum;
   __syncthreads();
-  float4 acc = walk.weighted_sum([&](int s) { return sh.weights[s]; });
-  sh.partial_sums[warp][lane] = acc;
+  float4 acc;
+  if constexpr (kAccs == 1) {
+    acc = walk.weighted_sum([&](int s) { return sh.weights[s]; });
+    sh.partial_sums[warp][lane] = acc;
+  } else {
+    float4 accs[kAccs];
+    walk.weighted_sums([&](int s) { return sh.weights[s]; }, accs);
+#pragma unroll
+    for (int i = 0; i < kAccs; ++i) sh.partial_sums[warp + kWarps * i][lane] = accs[i];
+    acc = accs[0];
+  }
   __syncthreads();
   if (warp != 0) return;
-  for (int w = 1; w < kWarps; ++w) fma4(acc, 1.f, sh.partial_sums[w][lane]);
+  for (int w = 1; w < kSums; ++w) fma4(acc, 1.f, sh.partial_sums[w][lane]);
   store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
 }
@@ -353,10 +383,11 @@ enum CombineForm { kGeneral, kNarrowOnly, kDense };
 __host__ __device__ constexpr int combine_blocks_per_sm(int warps, int form) {
   return form != kGeneral ? 65536 / (64 * warps * 32) : (warps == 16 ? 2 : (warps == 8 ? 3 : 6));
 }
-template <int kWarps, class Partial, int kForm = kGeneral>
+template <int kWarps, class Partial, int kForm = kGeneral, bool kInvariant = false>
 __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kForm))
     combine_kernel(const __grid_constant__ CombineParams p) {
-  __shared__ CombineShared<kWarps> sh;
+  constexpr int kSums = kInvariant ? kInvariantVirtualWarps : kWarps;
+  __shared__ CombineShared<kWarps, kSums> sh;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // The counts and the plan are written before the decode runs (the host, or the device
   // planner ahead of it in the stream): read before the wait.
@@ -406,7 +437,7 @@ __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kFo
         wait.for_block(p, r, (blk / kQuarters) % p.rows);
         if (early && last_merge) arrive();
         if (p.timeline != nullptr && threadIdx.x == 0 && started == 0) started = global_ns();
-        combine_wide<kWarps, Partial, kForm == kDense>(p, sh, r, blk);
+        combine_wide<kWarps, Partial, kForm == kDense, kInvariant>(p, sh, r, blk);
         __syncthreads();  // the shared buffers are reused by the next wide task
         continue;
       }
@@ -468,9 +499,9 @@ constexpr int kSpreadSmemBytes = 120 * 1024;
 
 // The opt-in to that much dynamic shared memory, once per kernel and device (a function
 // attribute belongs to the device's context: engines drive one GPU per thread).
-template <int kWarps, class Partial, int kForm>
+template <int kWarps, class Partial, int kForm, bool kInvariant>
 void reserve_spread_smem() {
-  const cudaError_t err = reserve_dynamic_smem<combine_kernel<kWarps, Partial, kForm>>(kSpreadSmemBytes);
+  const cudaError_t err = reserve_dynamic_smem<combine_kernel<kWarps, Partial, kForm, kInvariant>>(kSpreadSmemBytes);
   if (err != cudaSuccess) {
     int device = -1;
     cudaGetDevice(&device);
@@ -482,7 +513,7 @@ void reserve_spread_smem() {
 // A grid of `blocks` blocks gets an SM per block (see kSpreadSmemBytes).
 bool spreads(int64_t blocks, int sm_count) { return blocks > 0 && blocks <= sm_count; }
 
-template <int kWarps, class Partial, int kForm>
+template <int kWarps, class Partial, int kForm, bool kInvariant = false>
 void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   const int64_t blocks = blocks_with<kWarps>(p);
   if (blocks == 0) return;
@@ -492,7 +523,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   config.blockDim = dim3(unsigned(kWarps * 32));
   config.stream = stream;
   if (spreads(blocks, p.sm_count)) {
-    reserve_spread_smem<kWarps, Partial, kForm>();
+    reserve_spread_smem<kWarps, Partial, kForm, kInvariant>();
     config.dynamicSmemBytes = kSpreadSmemBytes;
   }
   cudaLaunchAttribute attr{};
@@ -500,7 +531,7 @@ void launch_combine_with(const CombineParams& p, cudaStream_t stream) {
   attr.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attr;
   config.numAttrs = 1;
-  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial, kForm>, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, combine_kernel<kWarps, Partial, kForm, kInvariant>, p);
   require(err == cudaSuccess, "combine: launch failed: ", cudaGetErrorString(err));
 }
 
@@ -557,6 +588,14 @@ void launch_combine(const CombineParams& p, cudaStream_t stream) {
   if (k.narrow_only) return launch_combine_with<8, __nv_bfloat16, kNarrowOnly>(p, stream);
   with_combine_warps(p, [&](auto warps) {
     constexpr int kWarps = warps();
+    if constexpr (kWarps < kInvariantVirtualWarps) {
+      // Batch-invariant plans: the wide merges in the 16-virtual-warp order (combine_wide).
+      if (p.invariant_order) {
+        if (p.partial_format == PartialFormat::kFp32) return launch_combine_with<kWarps, float, kGeneral, true>(p, stream);
+        if (k.dense) return launch_combine_with<kWarps, __nv_bfloat16, kDense, true>(p, stream);
+        return launch_combine_with<kWarps, __nv_bfloat16, kGeneral, true>(p, stream);
+      }
+    }
     if (p.partial_format == PartialFormat::kFp32) return launch_combine_with<kWarps, float, kGeneral>(p, stream);
     if constexpr (kWarps < 16) {
       if (k.dense) return launch_combine_with<kWarps, __nv_bfloat16, kDense>(p, stream);

@@ -32,6 +32,9 @@ struct CombineParams {
   // The most splits of any wide request (0: none; unknown on the host for device-made plans:
   // kMaxSplitsPerRequest). Chooses the block size (combine.cu, kWarps).
   int max_wide_splits;
+  // Wide merges summed in an order that does not depend on the block size (batch-invariant
+  // plans; combine.cu, combine_wide): a request's bits then follow its own splits only.
+  bool invariant_order;
   // Device-made plans: the counts above are capacities that size the grid, and the actual
   // counts (split requests, wide ones, zero-fill entries) are read from here.
   const DevicePlanHeader* header;

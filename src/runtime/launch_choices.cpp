@@ -186,13 +186,13 @@ CombineParams combine_plan_params(const DevicePlan::Impl& P) {
   cp.num_split_requests = int(P.split_requests.size());
   cp.num_wide_requests = P.num_wide_requests;
   cp.max_wide_splits = P.max_wide_splits;
-  // A batch-invariant plan merges every wide request in 16-warp blocks: a block's warps
-  // stride over the splits and their sums add up warp by warp, so the order of the sums
-  // (and the bits) would otherwise follow the widest request of the batch (4, 8 or 16
-  // warps, with_combine_warps), not the request's own splits (GpuBatchInvariance failed on
-  // a 69-split request beside a 127-split one, bench/NOTES.md v55). Narrow requests are
-  // summed split by split in any plan.
-  if (P.options.batch_invariant_split_blocks > 0 && cp.max_wide_splits > 0) cp.max_wide_splits = kMaxSplitsPerRequest;
+  // A batch-invariant plan sums its wide merges as 16 virtual warps: a block's warps stride
+  // over the splits and their sums add up warp by warp, so the order of the sums (and the
+  // bits) would otherwise follow the widest request of the batch (4, 8 or 16 warps,
+  // with_combine_warps), not the request's own splits (GpuBatchInvariance failed on a
+  // 69-split request beside a 127-split one, bench/NOTES.md v55). Narrow requests are summed
+  // split by split in any plan.
+  cp.invariant_order = P.options.batch_invariant_split_blocks > 0;
   cp.sm_count = P.device_sm_count;
   cp.zero_fill = P.zero_fill;
   cp.num_zero_fill = int(h.zero_fill.size());

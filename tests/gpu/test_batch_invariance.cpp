@@ -67,12 +67,11 @@ TEST(GpuBatchInvariance, SameBitsAloneAndInTwoBatches) {
   expect_bitwise_invariant(16, 4, 9000, 16);     // 141 blocks: 9 splits, narrow combine
   expect_bitwise_invariant(16, 1, 70000, 4);     // 1094 blocks: 219 splits of 5 (the 256 cap), wide combine
   expect_bitwise_invariant(128, 2, 3000, 32);    // 2-CTA clusters, two q tiles
-  // 69 splits: alone and in batch b the widest request (the combine's blocks of 8 warps
-  // until v55), in batch c beside a 127-split one (16 warps). The order of the merge's sums
-  // followed the block size; batch-invariant plans now merge every wide request in 16-warp
-  // blocks.
+  // 69 splits: alone and in batch b the widest request (the combine's blocks of 8 warps),
+  // in batch c beside a 127-split one (16 warps). The order of the merge's sums followed the
+  // block size until v55; batch-invariant plans now sum as 16 virtual warps in any block.
   expect_bitwise_invariant(16, 1, 70000, 16);
-  // 20 splits: alone the combine's blocks of 4 warps until v55, in batch c 16.
+  // 20 splits: alone and in batch b blocks of 4 warps, in batch c 16.
   expect_bitwise_invariant(16, 4, 20000, 16);
 }
 
