@@ -99,6 +99,7 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
     const CombineKernelChoice ck = combine_kernel_choice(cp);
     d.combine = "merge kernel, " + std::to_string(blocks) + " blocks of " + std::to_string(ck.warps) + " warps" +
                 (ck.narrow_only ? " (narrow merges only)" : ck.dense ? " (dense)" : "") +
+                (cp.invariant_order && cp.num_wide_requests > 0 ? ", batch-invariant order" : "") +
                 (early_merges_wanted(P, cp) ? ", early merges" : "");
   }
   return d;

@@ -193,10 +193,14 @@ TEST(LaunchChoices, BatchInvariantPlansMergeInTheVirtualWarpOrder) {
     EXPECT_TRUE(p.invariant_order);
     // 8 warps for 69 splits alone, 16 beside the 127-split request: the same sums either way.
     EXPECT_EQ(combine_kernel_choice(p).warps, seqlens.size() == 1 ? 8 : 16);
+    const std::string combine = detail::describe_decode(*inv, true, QDtype::kBFloat16).combine;
+    EXPECT_NE(combine.find("batch-invariant order"), std::string::npos) << combine;
   }
   const auto balanced = host_plan(16, 1, {70000}, 69);
   ASSERT_EQ(balanced->host.num_splits[0], 69);
   EXPECT_FALSE(detail::combine_plan_params(*balanced).invariant_order);
+  const std::string combine = detail::describe_decode(*balanced, true, QDtype::kBFloat16).combine;
+  EXPECT_EQ(combine.find("batch-invariant order"), std::string::npos) << combine;
 }
 
 TEST(LaunchChoices, CombineKernelByPartialFormatAndPlan) {
