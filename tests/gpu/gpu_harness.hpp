@@ -43,11 +43,10 @@ using GpuResult = check::CheckResult;
     if (!info_.supported) GTEST_SKIP() << "no sm_90 GPU: " << info_.reason;         \
   } while (0)
 
-// Unsets an environment switch (KBMLA_Q_INLINE, KBMLA_EARLY_COMBINE: read per call) when the
-// test that set it ends, however it ends, so that later tests run the default path.
-// Puts an environment variable back as the test found it (set to its value, or unset) when
-// the scope ends, so that a switch a test sets does not leak into later tests, nor clear one
-// the caller set for the whole run.
+// Puts an environment switch (KBMLA_Q_INLINE, KBMLA_EARLY_COMBINE: read per call) back as
+// the test found it (set to its value, or unset) when the scope ends, however it ends, so
+// that a switch a test sets does not leak into later tests, nor clear one the caller set
+// for the whole run.
 class RestoreEnvOnExit {
  public:
   explicit RestoreEnvOnExit(const char* name) : name_(name) {
