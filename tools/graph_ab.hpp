@@ -1,7 +1,8 @@
 // `kbmla bench --graph-ab N`: the same call eager and replayed from a CUDA graph, with and
 // without its combine, in N alternated rounds (each measurement from an idle GPU), so that
-// a graph figure and an eager one differ only by how the call was launched: the plain
-// --graph figure is timed right after the eager runs, on a GPU they warmed.
+// a graph figure and an eager one differ only by how the call was launched, neither always
+// first (the plain --graph figure, timed after the eager one, looked 3-8 % slower on the
+// 96-head cases until it too waited for an idle GPU: bench/NOTES.md v55).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -136,15 +136,8 @@ struct SplitWalk {
   __device__ __forceinline__ typename L::Raw load(int s) const {
     return s < ns ? L::load(base + s * stride) : typename L::Raw{};
   }
-  // The weighted sum of the walk's splits, in walk order.
-  template <class Weight>
-  __device__ __forceinline__ float4 weighted_sum(Weight&& weight) const {
-    float4 acc[1];
-    weighted_sums(weight, acc);
-    return acc[0];
-  }
-  // The same into kAccs sums: the j-th split of the walk goes to acc[j % kAccs] (the
-  // virtual warps of combine_wide's invariant order).
+  // The weighted sums of the walk's splits, in walk order: the j-th split goes to
+  // acc[j % kAccs] (kAccs > 1: the virtual warps of combine_wide's invariant order).
   template <int kAccs, class Weight>
   __device__ __forceinline__ void weighted_sums(Weight&& weight, float4 (&acc)[kAccs]) const {
     static_assert(kLoadBatch % kAccs == 0, "a batch starts at the same accumulator");
@@ -298,19 +291,13 @@ __device__ __forceinline__ void combine_wide(const CombineParams& p, CombineShar
   // -inf partials weigh exactly 0 and are skipped: their O may be 0/0.
   if (int(threadIdx.x) < ns) sh.weights[threadIdx.x] = e / sum;
   __syncthreads();
-  float4 acc;
-  if constexpr (kAccs == 1) {
-    acc = walk.weighted_sum([&](int s) { return sh.weights[s]; });
-    sh.partial_sums[warp][lane] = acc;
-  } else {
-    float4 accs[kAccs];
-    walk.weighted_sums([&](int s) { return sh.weights[s]; }, accs);
+  float4 accs[kAccs];
+  walk.weighted_sums([&](int s) { return sh.weights[s]; }, accs);
 #pragma unroll
-    for (int i = 0; i < kAccs; ++i) sh.partial_sums[warp + kWarps * i][lane] = accs[i];
-    acc = accs[0];
-  }
+  for (int i = 0; i < kAccs; ++i) sh.partial_sums[warp + kWarps * i][lane] = accs[i];
   __syncthreads();
   if (warp != 0) return;
+  float4 acc = accs[0];
   for (int w = 1; w < kSums; ++w) fma4(acc, 1.f, sh.partial_sums[w][lane]);
   store_quarter(p, b, row, quarter, lane, acc);
   if (quarter == 0 && lane == 0) p.output.lse[row_offset(p.output.lse_strides, b, row, p.output.heads)] = (max_lse + log2f(sum)) * p.output.lse_scale;
@@ -588,19 +575,22 @@ void launch_combine(const CombineParams& p, cudaStream_t stream) {
   if (k.narrow_only) return launch_combine_with<8, __nv_bfloat16, kNarrowOnly>(p, stream);
   with_combine_warps(p, [&](auto warps) {
     constexpr int kWarps = warps();
-    if constexpr (kWarps < kInvariantVirtualWarps) {
-      // Batch-invariant plans: the wide merges in the 16-virtual-warp order (combine_wide).
-      if (p.invariant_order) {
-        if (p.partial_format == PartialFormat::kFp32) return launch_combine_with<kWarps, float, kGeneral, true>(p, stream);
-        if (k.dense) return launch_combine_with<kWarps, __nv_bfloat16, kDense, true>(p, stream);
-        return launch_combine_with<kWarps, __nv_bfloat16, kGeneral, true>(p, stream);
+    auto launch = [&](auto invariant) {
+      constexpr bool kInvariant = decltype(invariant)::value;
+      if (p.partial_format == PartialFormat::kFp32) {
+        return launch_combine_with<kWarps, float, kGeneral, kInvariant>(p, stream);
       }
+      if constexpr (kWarps < 16) {
+        if (k.dense) return launch_combine_with<kWarps, __nv_bfloat16, kDense, kInvariant>(p, stream);
+      }
+      launch_combine_with<kWarps, __nv_bfloat16, kGeneral, kInvariant>(p, stream);
+    };
+    // Batch-invariant plans: the wide merges in the 16-virtual-warp order (combine_wide);
+    // 16-warp blocks sum in that order already.
+    if constexpr (kWarps < kInvariantVirtualWarps) {
+      if (p.invariant_order) return launch(std::true_type{});
     }
-    if (p.partial_format == PartialFormat::kFp32) return launch_combine_with<kWarps, float, kGeneral>(p, stream);
-    if constexpr (kWarps < 16) {
-      if (k.dense) return launch_combine_with<kWarps, __nv_bfloat16, kDense>(p, stream);
-    }
-    launch_combine_with<kWarps, __nv_bfloat16, kGeneral>(p, stream);
+    launch(std::false_type{});
   });
 }
 
