@@ -259,7 +259,9 @@ struct DecodePath {
   std::string p_operand;  // P's type in O = P V
   std::string kv_loader;  // how the cache's pages reach shared memory
   std::string combine;    // the merge kernel of split requests after the decode, or "none (...)"
-  int cta_rows = 0;       // query rows of one CTA's tile (64 a CTA in 2-CTA clusters)
+  // Query rows of one CTA's tile; in 2-CTA clusters its slice: 64, or 48 for tiles of
+  // 65..96 rows on the per-tensor fp8 split-role kernel.
+  int cta_rows = 0;
   int cluster_size = 1;
   // Q or P enter a tensor-core product as e4m3: the fp8 accuracy bars (against the
   // reference on the dequantised cache: relative error < 5e-2, worst row < 8e-2) apply.

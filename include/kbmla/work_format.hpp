@@ -118,6 +118,10 @@ static_assert(kCombineSyncOffset + sizeof(CombineSync) <= kWorkspaceAlign, "the 
 KBMLA_HD uint64_t piece_flag(uint64_t epoch) { return (epoch + 1) ^ (uint64_t{0x6B626D6Cu} << 32); }
 // One flag per 64 rows (a CTA's share of a q tile) of each slot.
 KBMLA_HD int piece_row_groups(int rows_per_request) { return (rows_per_request + 63) / 64; }
+// The flag of a row: its CTA's slice, of 64 rows or, in 2-CTA tiles of 65..96 rows on the
+// per-tensor fp8 split-role kernel, of 48 (two flags a slot either way). Constant divisors: no
+// division loop in the decode's epilogue or the merge's waits.
+KBMLA_HD int piece_of_row(int row, int rows_per_piece) { return rows_per_piece == 48 ? row / 48 : row / 64; }
 
 struct WorkspaceLayout {
   size_t error_word_offset;

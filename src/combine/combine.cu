@@ -318,6 +318,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 struct EarlyWait {
   const unsigned long long* flags;  // null: no early merges
   int groups;                        // flags per slot
+  int rows_per_flag;                 // the decode CTAs' row slices (CombineParams::piece_rows)
   unsigned long long flag;           // this call's piece flag
   unsigned long long deadline;       // %globaltimer
   bool decode_done;                  // waited for the decode grid: every partial is there
@@ -326,7 +327,7 @@ struct EarlyWait {
   // the merges at the decode's end see their flags within one), then 256 ns apart; the
   // acquire fence once the flag is there.
   __device__ __forceinline__ bool piece_ready(int64_t slot, int row) const {
-    const unsigned long long* at = flags + slot * groups + row / 64;
+    const unsigned long long* at = flags + slot * groups + piece_of_row(row, rows_per_flag);
     for (int polls = 0;; ++polls) {
       unsigned long long v;
       asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
@@ -406,7 +407,8 @@ __global__ void __launch_bounds__(kWarps * 32, combine_blocks_per_sm(kWarps, kFo
     asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(ready) : "l"(&p.sync->ready) : "memory");
     early = ready == kCombineSyncReady;  // the same for every block: a header init_workspace made
   }
-  EarlyWait wait{p.piece_flags, p.piece_row_groups, piece_flag(epoch), global_ns() + kFlagWaitNs, !early};
+  EarlyWait wait{p.piece_flags, p.piece_row_groups, p.piece_rows, piece_flag(epoch), global_ns() + kFlagWaitNs,
+                 !early};
   if (!early) asm volatile("griddepcontrol.wait;" ::: "memory");
   unsigned arrivals_before = 0;  // thread 0's arrival: the blocks that arrived before it
   auto arrive = [&] {            // block-uniform, once

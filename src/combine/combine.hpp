@@ -54,6 +54,7 @@ struct CombineParams {
   // other CTAs still stream. Null: every block waits for the decode grid first.
   const unsigned long long* piece_flags;
   int piece_row_groups;
+  int piece_rows;  // rows per flag: the decode's DecodeParams::cta_rows (64, or 48)
   CombineSync* sync;
   // Optional instrumentation: block b writes {ns when its first task's partials were ready
   // (the decode grid's end without early merges), ns when it finished} (%globaltimer) at

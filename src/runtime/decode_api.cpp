@@ -471,6 +471,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   CombineSync* const sync = reinterpret_cast<CombineSync*>(ws_base + kCombineSyncOffset);
   p.piece_flags = early_merges ? reinterpret_cast<unsigned long long*>(ws_base + ws.piece_flags_offset) : nullptr;
   p.piece_row_groups = piece_row_groups(c.heads * c.q_len);
+  // (The workspace holds ceil(rows / 64) flags a slot; slices of 48 rows exist only in
+  // tiles of 65..96 rows, two flags either way.)
+  require((c.heads * c.q_len + p.cta_rows - 1) / p.cta_rows <= p.piece_row_groups,
+          "decode: internal: CTA row slices of ", p.cta_rows, " rows need more piece flags than the workspace holds");
   p.combine_sync = sync;
   p.error_word = reinterpret_cast<uint32_t*>(ws_base + ws.error_word_offset);
   p.timeline = a.timeline;
@@ -530,6 +534,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   cp.partial_lse = p.partial_lse;
   cp.piece_flags = p.piece_flags;
   cp.piece_row_groups = p.piece_row_groups;
+  cp.piece_rows = p.cta_rows;
   cp.sync = early_merges ? sync : nullptr;
   cp.output = output;
   launch_combine(cp, stream);

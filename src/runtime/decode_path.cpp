@@ -71,7 +71,7 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
   DecodePath d;
   d.kernel = kernel_name(k.kernel, k.pv_rows);
   d.cluster_size = p.cluster_size;
-  d.cta_rows = std::min(p.rows, P.host.shape.tile_rows / P.host.shape.cluster_size);
+  d.cta_rows = std::min(p.rows, p.cta_rows);
   d.q_operand = q_operand(q, c.kv_dtype,
                           k.kernel == sm90::DecodeKernel::kFp8Split || k.kernel == sm90::DecodeKernel::kFp8BlockSplit);
   // (The fp8 kernels' P is relative to a row maximum at most 2^8 behind, so below 448.)

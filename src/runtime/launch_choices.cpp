@@ -134,6 +134,12 @@ sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P, bool cache_ha
   // (KvCache::half_part_tensor_map); everything else in parts of min(page_size, 64).
   p.part_log2 = uses_half_parts(P, cache_has_half_parts) ? 5 : std::min(p.page_log2, 6);
   p.gather_rows = gathers_rows(c);
+  p.cta_rows = sm90::kRowsPerCta;
+  if (p.cluster_size > 1) {
+    const bool split_pv_follows_rows =
+        c.kv_dtype == KvDtype::kFp8E4m3 && p.d_qk == sm90::kDqk && sm90::fp8_split_kernel_wanted(p);
+    p.cta_rows = sm90::cluster_cta_rows(p, split_pv_follows_rows);
+  }
   return p;
 }
 

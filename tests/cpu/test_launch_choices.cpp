@@ -58,6 +58,45 @@ TEST(LaunchChoices, SplitPvRowsCoverTheTile) {
   EXPECT_EQ(n_for(64), 64);
 }
 
+// 2-CTA tiles of 65..96 rows on the per-tensor fp8 split-role kernel run as two slices of
+// 48 rows (kernel.hpp, cluster_cta_rows): P V over 48 rows in both CTAs, the second slice
+// from row 48, one piece flag each. Every other tile keeps 64-row slices: more rows, bf16,
+// per-block scales, d_qk 512 (its P V over 64 rows would write the other slice's rows),
+// the alternating kernel, one-CTA tiles.
+TEST(LaunchChoices, TwoCtaTilesOfAtMost96RowsRunInSlicesOf48) {
+  const CacheShape per_tensor{}, per_block{64, 576, KvDtype::kFp8E4m3PerBlock}, bf16{64, 576, KvDtype::kBFloat16},
+      no_rope{64, 512, KvDtype::kFp8E4m3};
+  auto slice = [](int heads, int q_len, CacheShape cache) {
+    const sm90::DecodeParams p =
+        detail::kernel_choice_params(*host_plan(heads, q_len, {3000, 100}, 132, Policy::kWorkList, 1, cache), false);
+    return std::pair{p.cta_rows, sm90::split_cta_rows(p)};
+  };
+  EXPECT_EQ(slice(24, 4, per_tensor), std::pair(48, 48));  // Kimi K3, 24 heads x q_len 4
+  EXPECT_EQ(slice(96, 1, per_tensor), std::pair(48, 48));
+  EXPECT_EQ(slice(65, 1, per_tensor), std::pair(48, 48));  // slices of 48 and 17 rows
+  EXPECT_EQ(slice(97, 1, per_tensor), std::pair(64, 64));
+  EXPECT_EQ(slice(24, 9, per_tensor), std::pair(64, 64));  // 216 rows: two tiles
+  EXPECT_EQ(slice(16, 4, per_tensor).first, 64);           // one CTA of 64 rows
+  EXPECT_EQ(slice(24, 4, per_block), std::pair(64, 64));
+  EXPECT_EQ(slice(24, 4, bf16).first, 64);
+  EXPECT_EQ(slice(24, 4, no_rope), std::pair(64, 64));
+  {
+    EnvGuard alternating("never", "KBMLA_FP8_SPLIT_ROLES");
+    EXPECT_EQ(slice(24, 4, per_tensor).first, 64);
+  }
+  // Both slices' flags fit the workspace's two a slot, and a row's flag is its slice's.
+  for (int rows = 65; rows <= 96; ++rows) EXPECT_EQ(piece_row_groups(rows), 2) << rows;
+  EXPECT_EQ(piece_of_row(47, 48), 0);
+  EXPECT_EQ(piece_of_row(48, 48), 1);
+  EXPECT_EQ(piece_of_row(95, 48), 1);
+  EXPECT_EQ(piece_of_row(63, 64), 0);
+  EXPECT_EQ(piece_of_row(64, 64), 1);
+  EXPECT_EQ(piece_of_row(200, 64), 3);
+  const DecodePath d = detail::describe_decode(*host_plan(24, 4, {3000, 100}, 132), false, QDtype::kBFloat16);
+  EXPECT_EQ(d.cta_rows, 48);
+  EXPECT_NE(d.kernel.find("P V over 48 rows"), std::string::npos) << d.kernel;
+}
+
 TEST(LaunchChoices, ItemsOfTheBusiestCta) {
   // Four requests on 132 CTAs: whole requests, one item each.
   EXPECT_EQ(detail::max_items_per_cta(*host_plan(16, 1, {4096, 4096, 4096, 4096}, 132)), 1);

@@ -217,8 +217,14 @@ std::vector<GpuCase> split_role_cases() {
   cluster_pages_16.page_size = 16;
   GpuCase cluster_pages_8{96, 2, {300, 9}};
   cluster_pages_8.page_size = 8;
-  return {many,         paged,        big_pages,         few_ctas,        cluster_96,
-          cluster_tiles, cluster_items, cluster_empty_cta, cluster_pages_16, cluster_pages_8};
+  // Tiles of 65..96 rows (per-tensor: in two slices of 48, kernel.hpp cluster_cta_rows;
+  // cluster_96 is one too): 80 rows (48 + 32) with the causal tail, 65 rows (48 + 17) with
+  // several items per cluster.
+  GpuCase cluster_80{20, 4, {2500, 40, 1, 3100}};
+  GpuCase cluster_65{65, 1, {1500, 7, 640}};
+  cluster_65.num_ctas = 6;
+  return {many,          paged,         big_pages,         few_ctas,         cluster_96,     cluster_tiles,
+          cluster_items, cluster_empty_cta, cluster_pages_16, cluster_pages_8, cluster_80, cluster_65};
 }
 
 // One-CTA tiles over pages of 16 and 8 tokens (two loader warps; P V over 64, 48 and 32
@@ -238,7 +244,7 @@ std::vector<GpuCase> split_role_small_page_cases() {
 // softmax warpgroup (always, auto's choice: q_staged_fp8.cuh): split_role_cases (several
 // items per CTA), pages of 8 and 16 (two loader warps), an e4m3 Q, d_qk 512; 64-, 48- and
 // 32-row tiles in each (P V over 48 or 32 rows with d_qk 576: with_split_pv_acc), and
-// 2-CTA clusters of 64 rows a CTA.
+// 2-CTA clusters of 64 rows a CTA or (65..96 rows) two slices of 48.
 TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   KBMLA_REQUIRE_SM90();
   const RestoreEnvOnExit restore("KBMLA_Q_INLINE");

@@ -84,7 +84,7 @@ TEST(GpuSharedWorkspace, PlansOfOtherLayoutsShareOnePoisonedWorkspace) {
 // Plans whose every item is a piece of a split request keep the grid wait (launch_choices.cpp):
 // there the epoch stays. Kernels: bf16 64-row and narrow tiles (wide merges among them),
 // per-tensor fp8 narrow and split-role tiles, per-block fp8, 2-CTA clusters with two q tiles
-// a request.
+// a request and (per-tensor) two 48-row slices of one.
 TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
   KBMLA_REQUIRE_SM90();
   const RestoreEnvOnExit restore("KBMLA_EARLY_COMBINE");
@@ -114,6 +114,15 @@ TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
   GpuCase clusters{128, 2, {9000, 2500, 700, 40}};
   clusters.num_ctas = 24;
   cases.push_back({clusters, true});
+  // 96 rows in 2-CTA tiles: two 48-row slices (a flag each) on the per-tensor split-role
+  // kernel, 64 + 32 on the per-block one.
+  GpuCase sliced{24, 4, {9000, 2500, 700, 40}};
+  sliced.num_ctas = 24;
+  sliced.fp8 = true;
+  cases.push_back({sliced, true});
+  sliced.fp8 = false;
+  sliced.fp8_block = true;
+  cases.push_back({sliced, true});
   for (const auto& [c, takes_early] : cases) {
     SCOPED_TRACE(describe(c));
     setenv("KBMLA_EARLY_COMBINE", "never", 1);

@@ -192,7 +192,7 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
   if (p.timeline != nullptr && tid == 0) record_timeline_start(p);
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
+    const Item it = resolve_item</*kSlicedRows=*/true>(p, w);
     if (!it.run) continue;
     const bool phases = kSplitItemPhases != 0 && p.item_timeline != nullptr && tid == 0;
     if (phases) record_item_phase(p, item_count, 0);
@@ -259,7 +259,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
   int item_count = 0, block_count = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
+    const Item it = resolve_item</*kSlicedRows=*/true>(p, w);
     if (!it.run) continue;
     float o[4][kAcc];
 #pragma unroll
@@ -289,7 +289,7 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
     write_item_output_transposed(p, it, pv, warp, lane, row_stats + par * 2 * kRowsPerCta, kv_scale, bad, o);
     if (phases) record_item_phase(p, item_count, 4);
     Mbarrier::arrive(stats_empty + par);
-    publish_partials(p, it, pv * 128 + tid);
+    publish_partials</*kSlicedRows=*/true>(p, it, pv * 128 + tid);
     ++item_count;
   }
   // The busy interval ends with the output, as the alternating kernel's does.

@@ -95,7 +95,10 @@ __device__ __forceinline__ void write_item_output_transposed(const DecodeParams&
   const float neg_inf = -__int_as_float(0x7f800000);
   const int dim0 = wg * 256 + 16 * warp + 2 * (lane / 4);
   const bool lse_writer = wg == 0 && warp == 0 && lane < 4;
-  const int valid_rows = p.rows - it.row_begin;  // the tile's rows n < valid_rows exist
+  // The tile's rows n < valid_rows exist. (A CTA writes rows n < 2 kAcc: with the 48-row
+  // slices of a 2-CTA tile, kernel.hpp cluster_cta_rows, N = 2 kAcc is 48, so the first
+  // slice stops at its end.)
+  const int valid_rows = p.rows - it.row_begin;
   // Calls write(n, inv, lse_log2, i, e) for each of the lane's rows n that exist, with row
   // n's 1 / l (times kv_scale) and log2 LSE; an empty row (no visible key, or an item that
   // met an invalid page) gets O = 0 and LSE = -inf.
@@ -154,13 +157,16 @@ constexpr uint32_t kPartialWriterThreads = 256;
 // without waiting for this grid's end. Only writer 0's warp waits for the fence (its
 // latency not timed alone); it is at an item boundary, where the writers wait for the next
 // item's Q and first stage.
+// kSlicedRows: the item was resolved with resolve_item<true> (rows in p.cta_rows slices).
+template <bool kSlicedRows = false>
 __device__ __forceinline__ void publish_partials(const DecodeParams& p, const Item& it, int writer) {
   if (p.piece_flags == nullptr || it.slot < 0) return;
   named_sync(kBarPartialsWritten, kPartialWriterThreads);
   if (writer == 0) {
     unsigned long long epoch;
     asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(epoch) : "l"(&p.combine_sync->epoch) : "memory");
-    unsigned long long* flag = p.piece_flags + int64_t{it.slot} * p.piece_row_groups + it.row_begin / 64;
+    const int piece = kSlicedRows ? piece_of_row(it.row_begin, p.cta_rows) : it.row_begin / 64;
+    unsigned long long* flag = p.piece_flags + int64_t{it.slot} * p.piece_row_groups + piece;
     asm volatile("fence.acq_rel.gpu;" ::: "memory");
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(flag), "l"(piece_flag(epoch)) : "memory");
   }

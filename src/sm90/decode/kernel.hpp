@@ -131,8 +131,23 @@ inline bool fp8_block_split_roles(const DecodeParams& p) {
   const bool one_cta = p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64;
   return (one_cta || p.cluster_size == 2) && !p.gather_rows;
 }
-// The rows of a split-role kernel's CTA: the request's, or 64 in a 2-CTA cluster.
-inline int split_cta_rows(const DecodeParams& p) { return p.cluster_size > 1 ? 64 : p.rows; }
+// The rows of a split-role kernel's CTA: the request's, or its slice of a 2-CTA cluster's
+// tile (DecodeParams::cta_rows).
+inline int split_cta_rows(const DecodeParams& p) { return p.cluster_size > 1 ? p.cta_rows : p.rows; }
+// DecodeParams::cta_rows. A request of 65..96 rows is one 2-CTA tile. Cut at row 64, both
+// CTAs run P V over 64 rows (N is the launch's), the second CTA's 1..32 rows padded, in
+// lockstep (the shared KV ring). Cut into two slices of at most 48 rows, both run P V over
+// 48 (m64n48k32: 3/4 of the tensor work of P V): Kimi K3's 24 heads x q_len 4 and 96 heads
+// x q_len 1 are such tiles, 2.7-3.8 % faster so on the per-tensor split-role kernel with
+// d_qk 576 (bench/NOTES.md v56). S stays over 64 rows (wgmma M): a slice's 16 extra rows
+// are computed and not written. Only there: d_qk 512's P V over 64 rows would write the
+// other slice's rows, and the per-block split kernel gained nothing on those tiles while
+// the sliced code alone cost its 64-row tiles 1-1.6 % (v56). 64 everywhere else.
+constexpr int kBalancedClusterRows = 48;
+inline int cluster_cta_rows(const DecodeParams& p, bool split_pv_follows_rows) {
+  const bool balanced = p.cluster_size == 2 && p.rows > kRowsPerCta && p.rows <= 2 * kBalancedClusterRows;
+  return balanced && split_pv_follows_rows ? kBalancedClusterRows : kRowsPerCta;
+}
 // false with KBMLA_FP8_SPLIT_ROLES=never (A/B against the alternating kernels); auto or
 // unset: true; any other value is an error.
 bool split_roles_enabled();

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kSplitThreads, 1)
                                                           staging_full + 1, Fp8SplitSmem::q_issued(smem));
       } else {
         grid_dependency_wait();  // the quantised Q
-        run_q_loader<QkBoxes, Fp8SplitSmem, /*kCheckDcp=*/true>(p, &q_maps, smem);
+        run_q_loader<QkBoxes, Fp8SplitSmem, /*kCheckDcp=*/true, /*kSlicedRows=*/true>(p, &q_maps, smem);
       }
     }
   } else if (wg == 1) {
@@ -132,7 +132,12 @@ void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, cons
   // d_qk 512 keeps P V over 64 rows: over 48 it measured 0.6-1.9 % slower on a 12-head
   // q_len-4 batch (bench/NOTES.md v36). (d_qk 512 with pages of 8 or 16 tokens keeps the
   // alternating kernel: kernel.hpp.)
-  if (p.d_qk == kDqkNoRope) return launch_split<kLatentBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  if (p.d_qk == kDqkNoRope) {
+    // (Its P V over 64 rows writes 64 rows a CTA: no 48-row slices, kernel.hpp.)
+    require(p.cta_rows == kRowsPerCta, "decode (fp8 split, d_qk 512): CTA row slices of ", p.cta_rows,
+            " rows; this kernel needs ", kRowsPerCta);
+    return launch_split<kLatentBoxes>(q_maps, kv_maps, p, grid, stream, after_quantiser);
+  }
   // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
   with_split_pv_acc(split_cta_rows(p), [&](auto acc) {
     if (two_loader_warps(p, p.part_log2)) {

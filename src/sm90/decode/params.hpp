@@ -56,6 +56,13 @@ struct DecodeParams {
   int q_latent_cols;
   int max_pages;
   int seqlen_capacity; // min(max_pages * page_size, INT_MAX): longer seqlens are an error
+  // Rows of each CTA's slice of a cluster's tile: CTA c of the cluster starts at row
+  // tile_begin + c * cta_rows. 64, or 48 where a request's 65..96 rows run the per-tensor
+  // fp8 split-role kernel (kernel.hpp, cluster_cta_rows): two slices of at most 48 rows,
+  // P V over 48 rows in both CTAs instead of 64 in both. Only that kernel reads it
+  // (resolve_item<true>). (Here: in the padding before num_pages, so that no other
+  // field moves and the other kernels' code stays as it was.)
+  int cta_rows;
   int64_t num_pages;
   float scale_log2;    // softmax scale * log2(e)
   int q_pe_col;        // column of the rope part in the q_pe map: 0 (separate q_pe) or 512
@@ -69,10 +76,10 @@ struct DecodeParams {
   void* partial_o;
   float* partial_lse;
   // Early merges (work_format.hpp, CombineSync): after writing its rows of a partial slot
-  // a CTA sets the piece flag of (slot, row_begin / 64); null: the combine waits for this
-  // grid instead and no flag is written.
+  // a CTA sets the piece flag of (slot, row_begin / cta_rows); null: the combine waits for
+  // this grid instead and no flag is written.
   unsigned long long* piece_flags;
-  int piece_row_groups;                   // flags per slot: ceil(rows / 64)
+  int piece_row_groups;                   // flags per slot: ceil(rows / 64) (>= ceil(rows / cta_rows))
   const CombineSync* combine_sync;        // its epoch names the call in the flags
   uint32_t* error_word;
   unsigned long long* timeline;  // optional: {start, end, smid, items} per CTA

@@ -327,7 +327,8 @@ struct PagedKvLoader {
 // stream in while the consumers still finish the current item.
 // kCheckDcp: this thread also checks each item's context-parallel positions (the fp8
 // kernel, whose consumers have no register to spare for it; bf16: consumer 0 does).
-template <int QkBoxes, class Smem = Bf16Smem, bool kCheckDcp = false>
+// kSlicedRows: the per-tensor split-role kernel's (resolve_item<true>).
+template <int QkBoxes, class Smem = Bf16Smem, bool kCheckDcp = false, bool kSlicedRows = false>
 __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps* q_maps, uint8_t* smem) {
   using Layout = typename Smem::Layout;
   constexpr uint32_t kQBoxBytes = Smem::kQBoxBytes;  // the Q map's box: 64 rows, or 16 (Fp8BlockSmem<true>)
@@ -337,7 +338,7 @@ __device__ __forceinline__ void run_q_loader(const DecodeParams& p, const QMaps*
   int item_count = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
+    const Item it = resolve_item<kSlicedRows>(p, w);
     if (!it.run) continue;
     if constexpr (kCheckDcp) {
       if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);

@@ -36,7 +36,7 @@ __device__ __forceinline__ void run_q_stager(const DecodeParams& p, const QMaps*
   int halves = 0, gated_items = 0;
   TileWalker walker(p);
   for (WorkTileInfo w = walker.current(); w.valid; walker.advance(), w = walker.current()) {
-    const Item it = resolve_item(p, w);
+    const Item it = resolve_item</*kSlicedRows=*/true>(p, w);  // (the split-role kernel's)
     if (!it.run) continue;
     if (!p.vis.consistent(it.batch, it.seqlen)) atomicOr(p.error_word, kErrDcpPositions);
     for (int h = 0; h < kStagedParts; ++h, ++halves) {

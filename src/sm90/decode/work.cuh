@@ -16,7 +16,7 @@ struct Item {
   bool run;          // false: nothing for this CTA (no rows, or request without work)
   int q_tile, batch, split;
   int seqlen;        // clamped to [0, max_pages * page_size]
-  int row_begin;     // first row (within the request) of this CTA's 64-row slice
+  int row_begin;     // first row (within the request) of this CTA's slice (p.cta_rows rows)
   int blk_begin, blk_end;  // KV blocks to process, clipped to the slice's visible keys
   int slot;          // partial-output slot, or -1 when this item writes the final output
   uint32_t errors;   // DeviceErrorBits seen while resolving
@@ -74,6 +74,10 @@ __device__ __forceinline__ int visible_keys(const DecodeParams& p, int batch, in
   return p.vis.visible(batch, seqlen, row);
 }
 
+// kSlicedRows: the per-tensor split-role kernel's roles, whose CTAs of a 2-CTA tile take
+// slices of p.cta_rows rows (kernel.hpp, cluster_cta_rows); every other kernel's slices
+// are 64 rows (a constant: their code does not read p.cta_rows).
+template <bool kSlicedRows = false>
 __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTileInfo& w) {
   Item it{};
   it.q_tile = w.q_tile;
@@ -94,7 +98,7 @@ __device__ __forceinline__ Item resolve_item(const DecodeParams& p, const WorkTi
   // the request's rows (or see fewer keys than its peer's) still loads its half of every
   // box and masks; its epilogue writes nothing for rows >= p.rows.
   const int tile_begin = w.q_tile * p.tile_rows;
-  it.row_begin = tile_begin + w.cta_in_cluster * kRowsPerCta;
+  it.row_begin = tile_begin + w.cta_in_cluster * (kSlicedRows ? p.cta_rows : kRowsPerCta);
   const int ns = p.splits.num_splits[w.batch];
   it.run = tile_begin < p.rows && ns > 0 && w.split < ns;
   if (!it.run) return it;
