@@ -131,6 +131,7 @@ TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
     const GpuResult early = run_gpu_case(c);
     expect_accurate(c, early);
     EXPECT_EQ(early.path.combine.find("early merges") != std::string::npos, takes_early) << early.path.combine;
+    if (c.fp8 && c.heads * c.q_len == 96) EXPECT_EQ(early.path.cta_rows, 48) << "the sliced batch: two flags a tile";
     EXPECT_EQ(whole.path.combine.find("early merges"), std::string::npos) << whole.path.combine;
     EXPECT_EQ(early.sync_after.fallbacks, 0u);
     EXPECT_EQ(early.sync_after.arrivals, 0u);

@@ -138,7 +138,7 @@ inline int split_cta_rows(const DecodeParams& p) { return p.cluster_size > 1 ? p
 // CTAs run P V over 64 rows (N is the launch's), the second CTA's 1..32 rows padded, in
 // lockstep (the shared KV ring). Cut into two slices of at most 48 rows, both run P V over
 // 48 (m64n48k32: 3/4 of the tensor work of P V): Kimi K3's 24 heads x q_len 4 and 96 heads
-// x q_len 1 are such tiles, 2.7-3.8 % faster so on the per-tensor split-role kernel with
+// x q_len 1 are such tiles, 3-4 % faster so on the per-tensor split-role kernel with
 // d_qk 576 (bench/NOTES.md v56). S stays over 64 rows (wgmma M): a slice's 16 extra rows
 // are computed and not written. Only there: d_qk 512's P V over 64 rows would write the
 // other slice's rows, and the per-block split kernel gained nothing on those tiles while
