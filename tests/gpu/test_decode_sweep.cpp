@@ -107,6 +107,10 @@ std::vector<GpuCase> sweep_cases() {
   fp8({128, 2, {700, 63, 1}, Policy::kWorkList, 0, 0, true, seed++});
   fp8({12, 9, {2000, 130}, Policy::kWorkList, 0, 0, false, seed++});
   fp8({24, 16, {300, 17}, Policy::kWorkList, 0, 0, true, seed++});
+  // 2-CTA tiles of 65..96 rows in two 48-row slices (kernel.hpp, cluster_cta_rows) under
+  // the static policies: 96 rows with splits, 80 (48 + 32) persistent.
+  fp8({24, 4, {3000, 70, 1}, Policy::kStatic, 0, 3, true, seed++});
+  fp8({20, 4, {2000, 65}, Policy::kStaticPersistent, 0, 2, true, seed++});
   fp8({1, 1, {131072}, Policy::kWorkList, 0, 0, true, seed++});
   {
     GpuCase c{16, 2, {0, 1, 4096, 65}, Policy::kWorkList, 0, 0, true, seed++};
