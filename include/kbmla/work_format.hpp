@@ -121,7 +121,10 @@ KBMLA_HD int piece_row_groups(int rows_per_request) { return (rows_per_request +
 // The flag of a row: its CTA's slice, of 64 rows or, in 2-CTA tiles of 65..96 rows on the
 // per-tensor fp8 split-role kernel, of 48 (two flags a slot either way). Constant divisors: no
 // division loop in the decode's epilogue or the merge's waits.
-KBMLA_HD int piece_of_row(int row, int rows_per_piece) { return rows_per_piece == 48 ? row / 48 : row / 64; }
+constexpr int kSlicedCtaRows = 48;  // (sm90 kernel.hpp, cluster_cta_rows)
+KBMLA_HD int piece_of_row(int row, int rows_per_piece) {
+  return rows_per_piece == kSlicedCtaRows ? row / kSlicedCtaRows : row / 64;
+}
 
 struct WorkspaceLayout {
   size_t error_word_offset;

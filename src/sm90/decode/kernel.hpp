@@ -142,8 +142,8 @@ inline int split_cta_rows(const DecodeParams& p) { return p.cluster_size > 1 ? p
 // d_qk 576 (bench/NOTES.md v56). S stays over 64 rows (wgmma M): a slice's 16 extra rows
 // are computed and not written. Only there: d_qk 512's P V over 64 rows would write the
 // other slice's rows, and the per-block split kernel gained nothing on those tiles while
-// the sliced code alone cost its 64-row tiles 1-1.6 % (v56). 64 everywhere else.
-constexpr int kBalancedClusterRows = 48;
+// the sliced code alone cost its 64-row tiles 0.8-1.6 % (v56). 64 everywhere else.
+constexpr int kBalancedClusterRows = kSlicedCtaRows;  // (work_format.hpp: the piece flags' divisor)
 inline int cluster_cta_rows(const DecodeParams& p, bool split_pv_follows_rows) {
   const bool balanced = p.cluster_size == 2 && p.rows > kRowsPerCta && p.rows <= 2 * kBalancedClusterRows;
   return balanced && split_pv_follows_rows ? kBalancedClusterRows : kRowsPerCta;
