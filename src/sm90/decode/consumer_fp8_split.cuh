@@ -28,7 +28,10 @@ constexpr int kSplitThreads = 512;
 // probe builds only (bench/build_variant.sh NAME -DKBMLA_SPLIT_ITEM_PHASES=1 ...): in the
 // wide consumers the timestamps moved ptxas's spills (consumer_fp8.cuh), so the shipped
 // kernel carries none. With =2 the end of the blocks is the P V warpgroups' last block
-// instead of the softmax warpgroup's last P (the difference is how far P V lags).
+// instead of the softmax warpgroup's last P (the difference is how far P V lags). With =3
+// (a staged Q) the phases after the item's start are the staged Q's steps: first half in,
+// first half quantised, second half in, Q ready (a later item's "lead" is then the whole
+// previous item from its Q ready on).
 #ifndef KBMLA_SPLIT_ITEM_PHASES
 #define KBMLA_SPLIT_ITEM_PHASES 0
 #endif
@@ -199,10 +202,14 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
     // (p is in the constant bank: testing p.q_staged costs no register.)
     if (p.q_staged) {
       // Every S of the previous item completed in block_max: the tile is free.
+      // (kSplitItemPhases 3: the staged Q's own steps as phases 1..4: first half in, first
+      // half quantised, second half in, Q ready.)
       for (int h = 0; h < kStagedParts; ++h, ++staged_halves) {
         Mbarrier::wait(staging_full, staged_halves & 1);
+        if (phases && kSplitItemPhases == 3) record_item_phase(p, item_count, 1 + 2 * h);
         quantise_staged_half<QkBoxes>(smem + L::q_staging, smem + L::q, q_scales, h, p.rows - it.row_begin, tid);
         Mbarrier::arrive(staging_empty);
+        if (phases && kSplitItemPhases == 3 && h == 0) record_item_phase(p, item_count, 2);
       }
       named_sync(kBarSplitSoftmaxQ, 128);
       rows.begin_item(p, it, kv_scale, QScales{q_scales, 1, kRowsPerCta - 1});
@@ -210,11 +217,11 @@ __device__ __forceinline__ void run_split_softmax(const DecodeParams& p, uint8_t
       rows.begin_item(p, it, kv_scale, global_q_scales(p, it));
       Mbarrier::wait(q_full, item_count & 1);
     }
-    if (phases) record_item_phase(p, item_count, 1);
+    if (phases) record_item_phase(p, item_count, kSplitItemPhases == 3 ? 4 : 1);
     for (int blk = it.blk_begin; blk < it.blk_end; ++blk, ++block_count) {
       const int stage = block_count % kSplitStages;
       Mbarrier::wait(full + stage, (block_count / kSplitStages) & 1);
-      if (phases && blk == it.blk_begin) record_item_phase(p, item_count, 2);
+      if (phases && kSplitItemPhases != 3 && blk == it.blk_begin) record_item_phase(p, item_count, 2);
       if constexpr (Mode == KernelMode::kLoadOnly) {
         if (blk + 1 == it.blk_end && !p.q_staged) Mbarrier::arrive(q_empty);
         Mbarrier::arrive(p_full + stage);
@@ -282,7 +289,8 @@ __device__ __forceinline__ void run_split_pv(const DecodeParams& p, uint8_t* sme
       pv_block(pv, stage_addr, zero_addr, warp, lane, it.seqlen - blk * kBlockTokens, p_desc, o);
       release_stage(empty + stage, lane, p.cluster_size);
     }
-    const bool phases = kSplitItemPhases != 0 && pv == 0 && tid == 0 && p.item_timeline != nullptr;
+    const bool phases = kSplitItemPhases != 0 && kSplitItemPhases != 3 && pv == 0 && tid == 0 &&
+                        p.item_timeline != nullptr;
     if (phases && kSplitItemPhases == 2) record_item_phase(p, item_count, 3);
     const int par = item_count & 1;
     Mbarrier::wait(stats_full + par, (item_count >> 1) & 1);
