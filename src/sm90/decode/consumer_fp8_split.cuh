@@ -38,7 +38,11 @@ constexpr int kSplitThreads = 512;
 constexpr int kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
 // Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
 // the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
-constexpr int kSplitStages = 4;
+// (-DKBMLA_SPLIT_STAGES=3: a probe build, bench/NOTES.md v57.)
+#ifndef KBMLA_SPLIT_STAGES
+#define KBMLA_SPLIT_STAGES 4
+#endif
+constexpr int kSplitStages = KBMLA_SPLIT_STAGES;
 // kBarSplitSoftmaxQ (named_barriers.hpp): the softmax warpgroup's four warps wrote the
 // item's quantised Q.
 constexpr int kSplitProducerRegs = 48;
