@@ -1,6 +1,7 @@
 // GPU smoke tier (seconds): one case per policy and the error paths.
 #include <cstring>
 
+#include "kbmla/work_format.hpp"
 #include "tests/gpu/gpu_harness.hpp"
 
 namespace kbmla::test {
@@ -270,7 +271,9 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
       const GpuResult r = run_gpu_case(c);
       expect_accurate(c, r);
       const int rows = c.heads * c.q_len;
-      if (rows > 64 && rows <= 96) EXPECT_EQ(r.path.cta_rows, 48) << "a 2-CTA tile of 65..96 rows: two slices";
+      if (rows > 64 && rows <= 96) {
+        EXPECT_EQ(r.path.cta_rows, kSlicedCtaRows) << "a 2-CTA tile of 65..96 rows: two slices";
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kbmla/work_format.hpp"
 #include "tests/gpu/gpu_harness.hpp"
 
 namespace kbmla::test {
@@ -131,7 +132,9 @@ TEST(GpuSharedWorkspace, EarlyMergesMatchTheWholeDecodeWaitBitForBit) {
     const GpuResult early = run_gpu_case(c);
     expect_accurate(c, early);
     EXPECT_EQ(early.path.combine.find("early merges") != std::string::npos, takes_early) << early.path.combine;
-    if (c.fp8 && c.heads * c.q_len == 96) EXPECT_EQ(early.path.cta_rows, 48) << "the sliced batch: two flags a tile";
+    if (c.fp8 && c.heads * c.q_len == 96) {
+      EXPECT_EQ(early.path.cta_rows, kSlicedCtaRows) << "the sliced batch: two flags a tile";
+    }
     EXPECT_EQ(whole.path.combine.find("early merges"), std::string::npos) << whole.path.combine;
     EXPECT_EQ(early.sync_after.fallbacks, 0u);
     EXPECT_EQ(early.sync_after.arrivals, 0u);

@@ -38,7 +38,7 @@ constexpr int kSplitThreads = 512;
 constexpr int kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
 // Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
 // the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
-// (-DKBMLA_SPLIT_STAGES=3: a probe build, bench/NOTES.md v57.)
+// (-DKBMLA_SPLIT_STAGES=3, a probe build: 0.2-3.9 % slower on the 64-row cases, bench/NOTES.md v57.)
 #ifndef KBMLA_SPLIT_STAGES
 #define KBMLA_SPLIT_STAGES 4
 #endif
