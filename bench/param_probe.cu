@@ -3,7 +3,10 @@
 // with a (1, 1, 1) cluster as the decode kernels are, taking 0, 256, 1000 (the decode's
 // size: two 256-byte map structs and the 488-byte DecodeParams) or 4000 bytes of
 // __grid_constant__ parameters. Timed as kbmla bench times a call (event, launch, event,
-// synchronise; median of 300) and by the host clock around the launch call alone.
+// synchronise; median of 300) and by the host clock around the launch call alone. Then
+// the decode's three-parameter form and a parameterless kernel launched by the runtime
+// (cudaLaunchKernelEx) against the driver (cuLaunchKernelEx on cudaGetFuncBySymbol's
+// CUfunction). Run it also under CUDA_MODULE_LOADING=EAGER for the module loading's share.
 // Build: nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -cudart static
 //   -o build-alt/param_probe bench/param_probe.cu
 #include <cuda.h>
