@@ -33,38 +33,47 @@ __global__ void k_three(const __grid_constant__ Blob<256> a, const __grid_consta
   if (threadIdx.x == 0 && blockIdx.x == 100000 && a.b[0] + b.b[0] + c.b[0] == 7) asm volatile("trap;");
 }
 
-static std::vector<float> g_host;
+// The grid of every launch here: one CTA per H200 SM, the decode's 384 threads.
+constexpr unsigned kCtas = 132, kThreads = 384;
+
+// Medians over `runs` timed launches: the event-timed call and the host's time in it.
+struct Timing {
+  float eager_us, host_us;
+};
+static float median(std::vector<float>& v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 template <class F>
-float med(F f, cudaStream_t s, int runs = 300) {
+Timing med(F f, cudaStream_t s, int runs = 300) {
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
-  std::vector<float> v;
-  g_host.clear();
+  std::vector<float> eager, host;
   for (int i = 0; i < runs + 20; ++i) {
     cudaEventRecord(a, s);
     const auto h0 = std::chrono::steady_clock::now();
     f();
-    const float host = std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - h0).count();
+    const float h = std::chrono::duration<float, std::micro>(std::chrono::steady_clock::now() - h0).count();
     cudaEventRecord(b, s);
     cudaEventSynchronize(b);
     float ms;
     cudaEventElapsedTime(&ms, a, b);
     if (i >= 20) {
-      v.push_back(ms * 1000);
-      g_host.push_back(host);
+      eager.push_back(ms * 1000);
+      host.push_back(h);
     }
   }
-  std::sort(v.begin(), v.end());
-  std::sort(g_host.begin(), g_host.end());
-  return v[v.size() / 2];
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return {median(eager), median(host)};
 }
 
 template <class... Args>
 void launch(void (*k)(Args...), cudaStream_t s, int smem, bool cluster, Args... args) {
   cudaLaunchConfig_t c{};
-  c.gridDim = dim3(132);
-  c.blockDim = dim3(384);
+  c.gridDim = dim3(kCtas);
+  c.blockDim = dim3(kThreads);
   c.dynamicSmemBytes = smem;
   c.stream = s;
   cudaLaunchAttribute at[1];
@@ -89,9 +98,9 @@ static LaunchEx driver_launch_ex() {
 }
 static void driver_launch(LaunchEx launch, CUfunction f, cudaStream_t s, int smem, bool cluster, void** args) {
   CUlaunchConfig c{};
-  c.gridDimX = 132;
+  c.gridDimX = kCtas;
   c.gridDimY = c.gridDimZ = 1;
-  c.blockDimX = 384;
+  c.blockDimX = kThreads;
   c.blockDimY = c.blockDimZ = 1;
   c.sharedMemBytes = smem;
   c.hStream = reinterpret_cast<CUstream>(s);
@@ -121,19 +130,15 @@ int main() {
   Blob<4000> b4000{};
   for (int round = 0; round < 3; ++round) {
     for (bool cluster : {false, true}) {
-      const float t0 = med([&] { launch(k_none, s, smem, cluster); }, s);
-      const float h0 = g_host[g_host.size() / 2];
-      const float t1 = med([&] { launch(k_blob<256>, s, smem, cluster, b256); }, s);
-      const float h1 = g_host[g_host.size() / 2];
-      const float t2 = med([&] { launch(k_blob<1000>, s, smem, cluster, b1000); }, s);
-      const float h2 = g_host[g_host.size() / 2];
-      const float t3 = med([&] { launch(k_three, s, smem, cluster, b256, b256, b512); }, s);
-      const float h3 = g_host[g_host.size() / 2];
-      const float t4 = med([&] { launch(k_blob<4000>, s, smem, cluster, b4000); }, s);
-      const float h4 = g_host[g_host.size() / 2];
+      const Timing t0 = med([&] { launch(k_none, s, smem, cluster); }, s);
+      const Timing t1 = med([&] { launch(k_blob<256>, s, smem, cluster, b256); }, s);
+      const Timing t2 = med([&] { launch(k_blob<1000>, s, smem, cluster, b1000); }, s);
+      const Timing t3 = med([&] { launch(k_three, s, smem, cluster, b256, b256, b512); }, s);
+      const Timing t4 = med([&] { launch(k_blob<4000>, s, smem, cluster, b4000); }, s);
       printf("round %d cluster %d | eager us (host us of the launch call): none %.2f (%.2f) | 256 B %.2f (%.2f) | "
              "1000 B %.2f (%.2f) | 3 params 1024 B %.2f (%.2f) | 4000 B %.2f (%.2f)\n",
-             round, int(cluster), t0, h0, t1, h1, t2, h2, t3, h3, t4, h4);
+             round, int(cluster), t0.eager_us, t0.host_us, t1.eager_us, t1.host_us, t2.eager_us, t2.host_us,
+             t3.eager_us, t3.host_us, t4.eager_us, t4.host_us);
     }
   }
   {
@@ -144,17 +149,14 @@ int main() {
     void* args3[3] = {&b256, &b256, &b512};
     for (int round = 0; round < 3; ++round) {
       for (bool cluster : {false, true}) {
-        const float r0 = med([&] { launch(k_none, s, smem, cluster); }, s);
-        const float hr0 = g_host[g_host.size() / 2];
-        const float d0 = med([&] { driver_launch(drv, CUfunction(f0), s, smem, cluster, nullptr); }, s);
-        const float hd0 = g_host[g_host.size() / 2];
-        const float r3 = med([&] { launch(k_three, s, smem, cluster, b256, b256, b512); }, s);
-        const float hr3 = g_host[g_host.size() / 2];
-        const float d3 = med([&] { driver_launch(drv, CUfunction(f3), s, smem, cluster, args3); }, s);
-        const float hd3 = g_host[g_host.size() / 2];
+        const Timing r0 = med([&] { launch(k_none, s, smem, cluster); }, s);
+        const Timing d0 = med([&] { driver_launch(drv, CUfunction(f0), s, smem, cluster, nullptr); }, s);
+        const Timing r3 = med([&] { launch(k_three, s, smem, cluster, b256, b256, b512); }, s);
+        const Timing d3 = med([&] { driver_launch(drv, CUfunction(f3), s, smem, cluster, args3); }, s);
         printf("round %d cluster %d | runtime none %.2f (%.2f) driver none %.2f (%.2f) | runtime 3 params %.2f (%.2f) "
                "driver 3 params %.2f (%.2f)\n",
-               round, int(cluster), r0, hr0, d0, hd0, r3, hr3, d3, hd3);
+               round, int(cluster), r0.eager_us, r0.host_us, d0.eager_us, d0.host_us, r3.eager_us, r3.host_us,
+               d3.eager_us, d3.host_us);
       }
     }
   }
