@@ -99,7 +99,8 @@ struct CheckCase {
   int d_qk = 576;       // 576, or 512 (no rope part)
   int page_size = 64;   // powers of two 1..256
   bool fp8 = false;     // e4m3 cache (scale 2^-8); the reference runs on the dequantised cache
-  bool fp8_q = false;   // with fp8: Q given in e4m3 with one power-of-two scale (the reference on its values)
+  bool fp8_q = false;   // with fp8 / fp8_block: Q given in e4m3 with one power-of-two scale (the reference on
+                        // its values; fp8_block: the latent part, the rope part in bf16 as q_pe)
   // fp8 cache with per-block scales (656-byte tokens; d_qk 576): each token's groups of 128
   // values first multiplied by 2^-k, k in 0..3 by a hash of (token, group), so that the
   // scales differ within a block and the running group maxima grow; the reference runs on
@@ -162,7 +163,8 @@ inline ref::Comparison compare_with_reference(const ref::Problem& p, const ref::
 struct PreparedCase {
   ref::RandomProblem<ref::Bf16> data;
   std::vector<uint8_t> cache8;  // fp8 / fp8_block: the cache as the kernel reads it
-  std::vector<uint8_t> q8;      // fp8_q: Q in e4m3
+  std::vector<uint8_t> q8;      // fp8_q: Q in e4m3 (fp8_block: its latent part, 512 bytes a row)
+  std::vector<ref::Bf16> q_rope;  // fp8_q with fp8_block: the rope part, 64 bf16 a row (q_pe)
   float kv_scale = 1.f / 256.f;
   float q_scale = 1.f;
   DecodeConfig config;
@@ -225,14 +227,28 @@ inline PreparedCase prepare_case(const CheckCase& c) {
   // bf16 Q; the largest |q| maps to at most 448.
   float& q_scale = pc.q_scale;
   std::vector<uint8_t>& q8 = pc.q8;
+  // The per-block cache: the latent part only (columns < 512 of each 576), the rope part
+  // stays bf16 in its own tensor.
   if (c.fp8_q) {
+    const size_t cols = size_t(c.d_qk), e4m3_cols = c.fp8_block ? 512 : cols, rows = data.q.size() / cols;
     float amax = 0.f;
-    for (const ref::Bf16& v : data.q) amax = std::fmax(amax, std::fabs(ref::bf16_to_float(v)));
+    for (size_t i = 0; i < data.q.size(); ++i) {
+      if (i % cols < e4m3_cols) amax = std::fmax(amax, std::fabs(ref::bf16_to_float(data.q[i])));
+    }
     q_scale = amax > 0.f ? std::ldexp(1.f, int(std::ceil(std::log2(amax / 448.f)))) : 1.f;
-    q8.resize(data.q.size());
-    for (size_t i = 0; i < q8.size(); ++i) {
-      q8[i] = ref::float_to_e4m3(ref::bf16_to_float(data.q[i]) / q_scale);
-      data.q[i] = ref::float_to_bf16(ref::e4m3_to_float(q8[i]) * q_scale);
+    q8.resize(rows * e4m3_cols);
+    if (c.fp8_block) pc.q_rope.resize(rows * (cols - e4m3_cols));
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t j = 0; j < cols; ++j) {
+        ref::Bf16& v = data.q[r * cols + j];
+        if (j >= e4m3_cols) {
+          pc.q_rope[r * (cols - e4m3_cols) + j - e4m3_cols] = v;
+          continue;
+        }
+        uint8_t& e = q8[r * e4m3_cols + j];
+        e = ref::float_to_e4m3(ref::bf16_to_float(v) / q_scale);
+        v = ref::float_to_bf16(ref::e4m3_to_float(e) * q_scale);
+      }
     }
   }
 
@@ -268,9 +284,11 @@ inline CheckResult run_gpu_case(const CheckCase& c, const PreparedCase& pc, cons
   DecodeArgs args = dev.args(p.max_pages);
   if (c.fp8) args.kv_scale = dev_kv_scale.ptr;
   DeviceArray<uint8_t> dev_q8(pc.q8);
+  DeviceArray<ref::Bf16> dev_q_rope(pc.q_rope);
   DeviceArray<float> dev_q_scale(std::vector<float>{pc.q_scale});
   if (c.fp8_q) {
     args.q = dev_q8.ptr;
+    if (c.fp8_block) args.q_pe = dev_q_rope.ptr;
     args.q_dtype = QDtype::kFp8E4m3;
     args.q_scale = dev_q_scale.ptr;
   }

@@ -57,7 +57,7 @@ struct BenchOptions {
   int page_size = 0;  // 0: each case's own
   int page_runs = 1;  // physically consecutive pages per run of the random placement
   std::string kv_dtype;  // empty: each case's own
-  std::string q_dtype = "bf16";  // fp8_e4m3: the caller's e4m3 Q (per-tensor fp8 caches), no quantiser
+  std::string q_dtype = "bf16";  // fp8_e4m3: the caller's e4m3 Q (fp8 caches), no quantiser
   bool spike = false;
   bool balance = false;
   bool device_plan = false;
@@ -165,10 +165,10 @@ int run_bench(const BenchOptions& o) {
       continue;
     }
     const bool fp8 = kv_dtype == KvDtype::kFp8E4m3;
+    const bool per_block = kv_dtype == KvDtype::kFp8E4m3PerBlock;
     const bool q_e4m3 = o.q_dtype == "fp8_e4m3";
-    if (q_e4m3 && !fp8) {
-      fmt::print("{:<36} skipped: --q-dtype fp8_e4m3 needs the per-tensor fp8 cache (the case's is {})\n", bc.name,
-                 kv_dtype_name(kv_dtype));
+    if (q_e4m3 && kv_dtype == KvDtype::kBFloat16) {
+      fmt::print("{:<36} skipped: --q-dtype fp8_e4m3 needs an fp8 cache (the case's is bf16)\n", bc.name);
       continue;
     }
     const int token_bytes = kv_token_bytes(kv_dtype, bc.d_qk);  // of the cache; Q and out stay bf16
@@ -189,7 +189,9 @@ int run_bench(const BenchOptions& o) {
     d.cache_bytes = size_t(d.num_pages) * page_size * token_bytes;
     const size_t rows = size_t(bc.batch) * bc.q_len * bc.heads;
     const double kv_bytes = double(tokens) * token_bytes;
-    const double io_bytes = kv_bytes + double(rows) * bc.d_qk * (q_e4m3 ? 1 : 2) + double(rows) * 512 * 2;
+    // (An e4m3 Q for the per-block cache: 512 e4m3 and 64 bf16 a row.)
+    const double q_row_bytes = !q_e4m3 ? 2.0 * bc.d_qk : per_block ? 512 + 2 * 64 : bc.d_qk;
+    const double io_bytes = kv_bytes + double(rows) * q_row_bytes + double(rows) * 512 * 2;
     const int copies = kv_bytes < 4.0 * double(dev.l2_bytes)
                            ? int(std::min<double>(32, std::ceil(4.0 * double(dev.l2_bytes) / std::max(kv_bytes, 1.0)) + 1))
                            : 1;
@@ -204,7 +206,11 @@ int run_bench(const BenchOptions& o) {
       }
     }
     d.q = std::make_unique<DeviceBuffer>(rows * bc.d_qk * 2);
-    if (q_e4m3) {
+    if (q_e4m3 && per_block) {
+      // The latent part (rows x 512 e4m3), then the rope part (rows x 64 bf16) as q_pe.
+      fill_device_random_e4m3(d.q->ptr, rows * 512, kBenchQScale, 3, stream);
+      fill_device_random_bf16(static_cast<uint8_t*>(d.q->ptr) + rows * 512, rows * 64, 4, stream);
+    } else if (q_e4m3) {
       fill_device_random_e4m3(d.q->ptr, rows * bc.d_qk, kBenchQScale, 3, stream);
     } else {
       fill_device_random_bf16(d.q->ptr, rows * bc.d_qk, 3, stream);
@@ -249,6 +255,7 @@ int run_bench(const BenchOptions& o) {
       if (q_e4m3) {
         a.q_dtype = QDtype::kFp8E4m3;
         a.q_scale = static_cast<const float*>(d.q_scale->ptr);
+        if (per_block) a.q_pe = static_cast<const uint8_t*>(d.q->ptr) + rows * 512;
       }
       return a;
     };
@@ -575,8 +582,8 @@ Action add_bench_command(CLI::App& app) {
   cmd->add_option("--kv-dtype", o->kv_dtype, "Cache dtype for every case (default: the case's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp8_e4m3", "fp8_e4m3_block"}));
   cmd->add_option("--q-dtype", o->q_dtype,
-                  "Q dtype (default bf16; fp8_e4m3: the caller's e4m3 Q with one scale, per-tensor fp8 caches only, "
-                  "so no Q quantiser runs)")
+                  "Q dtype (default bf16; fp8_e4m3: the caller's e4m3 Q with one scale, for the fp8 caches (the "
+                  "per-block cache's: the latent part, the rope part bf16), so no Q quantiser runs)")
       ->check(CLI::IsMember({"bf16", "fp8_e4m3"}));
   cmd->add_option("--sms", o->sms, "CTA budget (default 0: every SM, or every SM co-scheduled in 2-CTA clusters)")->check(CLI::Range(0, 4096));
   cmd->add_flag("--balance", o->balance,

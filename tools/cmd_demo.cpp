@@ -54,8 +54,8 @@ check::CheckCase make_case(const CheckOptions& o, const std::vector<int32_t>& se
   require(!seqlens.empty(), label, ": no seqlens given");
   const KvDtype kv_dtype = kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
   require(o.q_dtype == "bf16" || o.q_dtype == "fp8_e4m3", "--q-dtype '", o.q_dtype, "' is not one of bf16, fp8_e4m3");
-  require(o.q_dtype == "bf16" || kv_dtype == KvDtype::kFp8E4m3,
-          "--q-dtype fp8_e4m3 needs --kv-dtype fp8_e4m3 (the per-tensor cache; got ", o.kv_dtype, ")");
+  require(o.q_dtype == "bf16" || kv_dtype != KvDtype::kBFloat16,
+          "--q-dtype fp8_e4m3 needs --kv-dtype fp8_e4m3 or fp8_e4m3_block (got ", o.kv_dtype, ")");
   require(!o.any_scales || kv_dtype == KvDtype::kFp8E4m3PerBlock,
           "--any-scales needs --kv-dtype fp8_e4m3_block (got ", o.kv_dtype, ")");
   check::CheckCase c;
@@ -167,7 +167,9 @@ Action add_check_command(CLI::App& app) {
                   "Batch-invariant work list: split every N KV blocks (0: balanced)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-dtype", o->kv_dtype, "Cache: bf16 (default), fp8_e4m3 (one scale) or fp8_e4m3_block");
-  cmd->add_option("--q-dtype", o->q_dtype, "Q: bf16 (default) or fp8_e4m3 (with --kv-dtype fp8_e4m3)");
+  cmd->add_option("--q-dtype", o->q_dtype,
+                  "Q: bf16 (default) or fp8_e4m3 (with an fp8 --kv-dtype; fp8_e4m3_block: the latent part, the rope "
+                  "part bf16)");
   cmd->add_flag("--any-scales", o->any_scales,
                 "Per-block cache: scales of any value (max |x| / 448), not powers of two");
   cmd->add_option("--page-size", o->page_size, "Tokens per cache page (a power of two in 1..256)")

@@ -200,10 +200,12 @@ struct DecodeArgs {
   RowStrides q_strides;                 // of q (dense: rows of d_qk, or 512 with q_pe)
   RowStrides q_pe_strides;              // of q_pe (dense: rows of 64)
   const float* kv_scale = nullptr;      // fp8 cache only: fp32 [1], device; value = e4m3 x scale
-  // fp8 caches may take Q already in e4m3: one tensor [batch, q_len, heads, d_qk] of bytes
-  // (q_pe null), rows flattening to one row stride that is a multiple of 16 bytes, with its
-  // own fp32 scale (q value = e4m3 x q_scale[0], device). Then no quantiser runs; with a
-  // bf16 Q the decode quantises it per row first.
+  // fp8 caches may take Q already in e4m3, with its own fp32 scale (q value = e4m3 x
+  // q_scale[0], device); then no quantiser runs (with a bf16 Q the decode quantises it per
+  // row first). The per-tensor cache: one tensor [batch, q_len, heads, d_qk] of bytes (q_pe
+  // null). The per-block cache (whose products take the rope part in bf16): the latent part
+  // in q, bytes [batch, q_len, heads, 512], and the rope part in q_pe, bf16 [..., 64]. Rows
+  // of e4m3 flatten to one row stride that is a multiple of 16 bytes.
   QDtype q_dtype = QDtype::kBFloat16;
   const float* q_scale = nullptr;
   const int32_t* block_table = nullptr; // int32 [batch, max_pages], device

@@ -91,15 +91,23 @@ RowStrides row_strides(const Tensor& t) { return {t.stride(0), t.stride(1), t.st
 
 // The decode arguments of a plan with `batch` requests, checked as decode() checks them.
 // q, q_pe, out and lse may be strided views (the C++ API checks what their strides allow).
-// q of uint8: e4m3 bytes (fp8 caches only), one tensor of d_qk columns.
+// q of uint8: e4m3 bytes (fp8 caches only): one tensor of d_qk columns (the per-tensor
+// cache), or the latent part's 512 columns with the rope part in a bfloat16 q_pe (the
+// per-block cache).
 bool q_is_e4m3(const Tensor& q) { return q.dtype() == kU8.code; }
 
 void check_decode_tensors(const DecodeConfig& c, int batch, const DecodeTensors& t, size_t workspace_bytes) {
   if (q_is_e4m3(t.q)) {
-    require(c.kv_dtype == KvDtype::kFp8E4m3, "q is uint8 (e4m3 bytes), which needs an fp8 cache (kv_dtype "
-            "fp8_e4m3); a ", kv_dtype_name(c.kv_dtype), " cache takes a bfloat16 q");
-    require(!t.q_pe, "q is uint8 (e4m3 bytes): it comes as one tensor of d_qk columns, q_pe must be None");
-    check_tensor(t.q, "q", kU8, {batch, c.q_len, c.heads, c.d_qk}, Layout::kRows);
+    require(c.kv_dtype != KvDtype::kBFloat16, "q is uint8 (e4m3 bytes), which needs an fp8 cache (kv_dtype "
+            "fp8_e4m3 or fp8_e4m3_block); a ", kv_dtype_name(c.kv_dtype), " cache takes a bfloat16 q");
+    if (c.kv_dtype == KvDtype::kFp8E4m3PerBlock) {
+      require(t.q_pe.has_value(), "q is uint8 (e4m3 bytes) for the per-block cache: its latent part (512 columns), "
+              "with the rope part in q_pe (bfloat16, 64 columns), which is missing");
+      check_tensor(t.q, "q", kU8, {batch, c.q_len, c.heads, 512}, Layout::kRows);
+    } else {
+      require(!t.q_pe, "q is uint8 (e4m3 bytes): it comes as one tensor of d_qk columns, q_pe must be None");
+      check_tensor(t.q, "q", kU8, {batch, c.q_len, c.heads, c.d_qk}, Layout::kRows);
+    }
   } else {
     check_tensor(t.q, "q", kBf16, {batch, c.q_len, c.heads, t.q_pe ? 512 : c.d_qk}, Layout::kRows);
   }
@@ -244,12 +252,13 @@ NB_MODULE(_kbmla, m) {
   m.def(
       "check_decode_args",
       [](const DecodeConfig& c, int batch, Tensor q, Tensor block_table, Tensor seqlens, Tensor out, Tensor lse,
-         Tensor workspace, size_t workspace_bytes) {
+         Tensor workspace, size_t workspace_bytes, std::optional<Tensor> q_pe) {
         validate_config(c);
-        check_decode_tensors(c, batch, {q, block_table, seqlens, out, lse, workspace, std::nullopt}, workspace_bytes);
+        check_decode_tensors(c, batch, {q, block_table, seqlens, out, lse, workspace, q_pe}, workspace_bytes);
       },
       nb::arg("config"), nb::arg("batch"), nb::arg("q"), nb::arg("block_table"), nb::arg("seqlens"),
-      nb::arg("out"), nb::arg("lse"), nb::arg("workspace"), nb::arg("workspace_bytes"),
+      nb::arg("out"), nb::arg("lse"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::kw_only(),
+      nb::arg("q_pe") = nb::none(),
       "The checks decode() makes on its tensors (shapes, dtypes, layout, device), alone.");
 
   nb::class_<DevicePlan>(m, "Plan")
@@ -387,9 +396,11 @@ NB_MODULE(_kbmla, m) {
       nb::arg("lse_base") = "e", nb::arg("dcp_global_seqlens") = nb::none(), nb::arg("dcp_kv_offsets") = nb::none(),
       nb::arg("kv_scale") = nb::none(), nb::arg("q_scale") = nb::none(),
       "One layer's decode: out and lse written on `stream` (an integer cudaStream_t), no allocation, no sync. "
-      "q (or q_nope with q_pe), out and lse may be strided views with a dense last dimension. An fp8 cache "
-      "needs kv_scale, a float32 tensor of one element on the GPU (value = e4m3 x scale); with it, q may be "
-      "uint8 e4m3 bytes (e.g. a float8_e4m3fn tensor's .view(torch.uint8)) with q_scale, its float32 [1] scale.");
+      "q (or q_nope with q_pe), out and lse may be strided views with a dense last dimension. A per-tensor fp8 "
+      "cache needs kv_scale, a float32 tensor of one element on the GPU (value = e4m3 x scale). With an fp8 "
+      "cache q may be uint8 e4m3 bytes (e.g. a float8_e4m3fn tensor's .view(torch.uint8)) with q_scale, its "
+      "float32 [1] scale: all d_qk columns (per-tensor cache), or the latent part's 512 with the rope part in a "
+      "bfloat16 q_pe (per-block cache).");
 
   m.def(
       "dcp_partial_bytes",

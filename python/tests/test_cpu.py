@@ -123,6 +123,18 @@ def test_decode_args_e4m3_q_needs_an_fp8_cache_and_its_shape():
         check(c, 3, a)
 
 
+def test_decode_args_e4m3_q_of_the_per_block_cache_is_its_latent_part_and_a_bf16_q_pe():
+    c, a = args(q=np.zeros((3, 4, 16, 576), np.uint8))
+    c.kv_dtype = "fp8_e4m3_block"
+    with pytest.raises(ValueError, match=r"for the per-block cache: its latent part \(512 columns\), with the rope "
+                                         r"part in q_pe \(bfloat16, 64 columns\), which is missing"):
+        check(c, 3, a)
+    pe = np.zeros((3, 4, 16, 64), np.uint16)
+    with pytest.raises(ValueError, match=r"q has shape \(3, 4, 16, 576\), expected \(3, 4, 16, 512\)"):
+        kbmla.check_decode_args(c, 3, a["q"], a["block_table"], a["seqlens"], a["out"], a["lse"], a["workspace"], 256,
+                                q_pe=pe)
+
+
 def test_decode_args_non_contiguous_q_is_rejected():
     c, a = args(q=np.zeros((3, 4, 16, 1152), np.uint16)[..., ::2])
     with pytest.raises(ValueError, match=r"q's last dimension must be dense; stride 2 of dimension 3 should be 1"):

@@ -387,7 +387,15 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   sm90::QuantizeQArgs quantize{};
   std::optional<detail::QSource> q_source;  // the per-tensor kernel's in-kernel quantisation
   bool q_staged = false;                    // the split-role kernel's staged bf16 Q
-  if (q_e4m3) {
+  const int block_q_rows =
+      sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size) ? int(sm90::kFp8BlockNarrowQRows) : sm90::kRowsPerCta;
+  if (q_e4m3 && per_block) {
+    // The caller's e4m3 latent part and bf16 rope part, and its one scale (every row reads
+    // q_scale[0]).
+    const detail::QSource q = detail::check_e4m3_block_q(c, B, a);
+    detail::fp8_block_q_maps_for(q, a, a.q, q.q_row, block_q_rows, P.q_maps, q_maps, q_pe_col);
+    q_scale = a.q_scale;
+  } else if (q_e4m3) {
     // The caller's e4m3 Q and its one scale (every row reads q_scale[0]).
     const int64_t row_stride = detail::check_e4m3_q(c, B, a);
     detail::fp8_q_maps_for(c, int64_t{B} * c.q_len * c.heads, a.q, row_stride, P.q_maps, q_maps, q_pe_col);
@@ -397,14 +405,12 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
     // consumers or into the workspace by the quantiser; the rope part is read as it is
     // (bf16, by TMA).
     const detail::QSource q = detail::check_q(c, B, a);
-    const bool narrow = sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size);
     if (q_path == detail::QPath::kInline) q_source = q;
     const Fp8QArea area = fp8_q_area(h, c);
     uint8_t* q8 = ws_base + area.q8_offset;
     float* row_scales = reinterpret_cast<float*>(ws_base + area.scale_offset);
     quantize = {a.q, q.q_row, nullptr, 0, sm90::kDqkNoRope, sm90::kDqkNoRope, q.rows, q8, row_scales};
-    detail::fp8_block_q_maps_for(q, a, q8, narrow ? int(sm90::kFp8BlockNarrowQRows) : sm90::kRowsPerCta, P.q_maps,
-                                 q_maps, q_pe_col);
+    detail::fp8_block_q_maps_for(q, a, q8, sm90::kDqkNoRope, block_q_rows, P.q_maps, q_maps, q_pe_col);
     q_scale = row_scales;
     q_scale_stride = 1;
   } else if (q_path == detail::QPath::kStaged) {
@@ -513,8 +519,9 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::KvBlockMaps kv_maps;
       std::memcpy(&kv_maps.data, cache.tensor_map(), sizeof(CUtensorMap));
       std::memcpy(&kv_maps.scales, cache.aux_tensor_map(), sizeof(CUtensorMap));
-      if (!p.q_inline) sm90::launch_quantize_q(quantize, stream);
-      sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream, /*after_quantiser=*/!p.q_inline);
+      const bool after_quantiser = !q_e4m3 && !p.q_inline;
+      if (after_quantiser) sm90::launch_quantize_q(quantize, stream);
+      sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream, after_quantiser);
     } else if (fp8) {
       sm90::KvFp8Maps kv_maps;
       std::memcpy(&kv_maps.latent, half_parts ? cache.half_part_tensor_map() : cache.tensor_map(), sizeof(CUtensorMap));

@@ -38,7 +38,9 @@ std::string q_operand(detail::QPath q, KvDtype dtype, bool split_roles) {
   const std::string rope = dtype == KvDtype::kFp8E4m3PerBlock ? "; rope bf16" : "";
   switch (q) {
     case detail::QPath::kBf16: return "bf16 (the caller's)";
-    case detail::QPath::kCallerE4m3: return "e4m3 (the caller's, one scale)";
+    case detail::QPath::kCallerE4m3:
+      return dtype == KvDtype::kFp8E4m3PerBlock ? "latent e4m3 (the caller's, one scale); rope bf16 (the caller's q_pe)"
+                                                : "e4m3 (the caller's, one scale)";
     case detail::QPath::kQuantiserKernel: return what + ", by the Q quantiser kernel before the decode" + rope;
     case detail::QPath::kInline:
       return what + (split_roles ? ", quantised by the decode's P V warpgroups" : ", quantised by the decode's consumers") +

@@ -92,13 +92,14 @@ bool fp8_quantises_q_in_kernel(const DevicePlan::Impl& P, int rows) {
 
 QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
   const DecodeConfig& c = P.config;
-  const bool fp8 = c.kv_dtype == KvDtype::kFp8E4m3;
   require(q_dtype == QDtype::kBFloat16 || q_dtype == QDtype::kFp8E4m3, "decode: q_dtype (", int(q_dtype),
           ") is not one of kBFloat16, kFp8E4m3");
-  require(q_dtype == QDtype::kBFloat16 || fp8, "decode: q_dtype kFp8E4m3 needs a per-tensor fp8 cache (kv_dtype ",
-          "kFp8E4m3); the ", kv_dtype_name(c.kv_dtype), " kernel reads a bf16 Q");
+  require(q_dtype == QDtype::kBFloat16 || c.kv_dtype != KvDtype::kBFloat16,
+          "decode: q_dtype kFp8E4m3 needs an fp8 cache (kv_dtype kFp8E4m3 or kFp8E4m3PerBlock); the ",
+          kv_dtype_name(c.kv_dtype), " kernel reads a bf16 Q");
   const int rows = c.heads * c.q_len;
   if (c.kv_dtype == KvDtype::kBFloat16) return QPath::kBf16;
+  if (q_dtype == QDtype::kFp8E4m3) return QPath::kCallerE4m3;
   if (c.kv_dtype == KvDtype::kFp8E4m3PerBlock) {
     // The narrow per-block kernel quantises in its consumers, the split-role one in its P V
     // warpgroups (their row scales in its unused own-P buffers; bench/NOTES.md v52); the
@@ -107,7 +108,6 @@ QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
     const bool split = sm90::fp8_block_split_kernel_wanted(kernel_choice_params(P, false));
     return (narrow || split) && fp8_quantises_q_in_kernel(P, rows) ? QPath::kInline : QPath::kQuantiserKernel;
   }
-  if (q_dtype == QDtype::kFp8E4m3) return QPath::kCallerE4m3;
   if (fp8_stages_q_in_kernel(P)) return QPath::kStaged;
   if (fp8_quantises_q_in_kernel(P, rows)) return QPath::kInline;
   return QPath::kQuantiserKernel;

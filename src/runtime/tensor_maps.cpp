@@ -101,6 +101,20 @@ int64_t check_e4m3_q(const DecodeConfig& c, int batch, const DecodeArgs& a) {
   return flat_row_stride(a.q_strides, batch, c.q_len, c.heads, c.d_qk, "q (e4m3)", 16);
 }
 
+QSource check_e4m3_block_q(const DecodeConfig& c, int batch, const DecodeArgs& a) {
+  require(a.q != nullptr && aligned(a.q, 16), "decode: q must be a non-null, 16-byte aligned device pointer");
+  require(a.q_pe != nullptr && aligned(a.q_pe, 16),
+          "decode: an e4m3 Q for the per-block cache comes as its latent part in e4m3 (q, 512 bytes a row) and its "
+          "rope part in bf16 (q_pe, 64 values a row); q_pe must be a non-null, 16-byte aligned device pointer");
+  QSource q;
+  q.split = true;
+  q.latent_cols = sm90::kDqkNoRope;
+  q.rows = int64_t{batch} * c.q_len * c.heads;
+  q.q_row = flat_row_stride(a.q_strides, batch, c.q_len, c.heads, sm90::kDqkNoRope, "q (e4m3 latent)", 16);
+  q.pe_row = flat_row_stride(a.q_pe_strides, batch, c.q_len, c.heads, 64, "q_pe", 8);
+  return q;
+}
+
 void q_maps_for(const DecodeConfig& c, int batch, const DecodeArgs& a, QMapCache& cache, sm90::QMaps& maps,
                 int& q_pe_col, int box_rows) {
   const QSource q = check_q(c, batch, a);
@@ -148,16 +162,17 @@ void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t
   maps = cache.maps;
 }
 
-void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int box_rows, QMapCache& cache,
-                          sm90::QMaps& maps, int& q_pe_col) {
+void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int64_t q8_row_bytes, int box_rows,
+                          QMapCache& cache, sm90::QMaps& maps, int& q_pe_col) {
   q_pe_col = q.split ? 0 : 2 * sm90::kDqkNoRope;
   std::lock_guard<std::mutex> lock(cache.mutex);
   if (cache.q != a.q || cache.q_pe != a.q_pe || cache.q_row != q.q_row || cache.q_pe_row != q.pe_row ||
-      cache.q8 != q8 || cache.box_rows != box_rows || cache.kind != QMapCache::Kind::kPerBlock) {
+      cache.q8 != q8 || cache.q8_row_bytes != q8_row_bytes || cache.box_rows != box_rows ||
+      cache.kind != QMapCache::Kind::kPerBlock) {
     // 128-byte boxes with the 128-byte swizzle, as the cache's (kv_cache.cpp).
     const cuuint32_t box[2] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(box_rows)};
     const cuuint64_t latent_dims[2] = {cuuint64_t(sm90::kDqkNoRope), cuuint64_t(q.rows)};
-    const cuuint64_t latent_strides[1] = {cuuint64_t(sm90::kDqkNoRope)};
+    const cuuint64_t latent_strides[1] = {cuuint64_t(q8_row_bytes)};
     encode_tiled(&cache.maps.latent, CU_TENSOR_MAP_DATA_TYPE_UINT8, CU_TENSOR_MAP_SWIZZLE_128B, q8, 2, latent_dims,
                  latent_strides, box, "the e4m3 Q (latent)");
     // The rope values as bytes; the extent ends at the last row's rope (see encode_q_map).
@@ -172,6 +187,7 @@ void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8,
     cache.q_row = q.q_row;
     cache.q_pe_row = q.pe_row;
     cache.q8 = q8;
+    cache.q8_row_bytes = q8_row_bytes;
     cache.box_rows = box_rows;
     cache.kind = QMapCache::Kind::kPerBlock;
   }

@@ -36,7 +36,8 @@ struct QMapCache {
   const void* q = nullptr;
   const void* q_pe = nullptr;
   int64_t q_row = 0, q_pe_row = 0;
-  const void* q8 = nullptr;  // per-block fp8: the quantised latent part in the workspace
+  const void* q8 = nullptr;  // per-block fp8: the e4m3 latent part (the quantiser's, or the caller's)
+  int64_t q8_row_bytes = 0;  // its row stride
   int box_rows = 0;          // the Q boxes' rows (bf16 and per-block maps)
   // Which function made the maps: one plan's calls may switch between them (the per-tensor
   // fp8 kernel's staged bf16 Q, the quantiser's or the caller's e4m3 Q), and the other keys
@@ -64,12 +65,17 @@ int64_t check_e4m3_q(const DecodeConfig& c, int batch, const DecodeArgs& a);
 void fp8_q_maps_for(const DecodeConfig& c, int64_t rows, const void* q8, int64_t row_stride, QMapCache& cache,
                     sm90::QMaps& maps, int& q_pe_col);
 
-// Per-block fp8 caches: the map of the quantised latent part (q8: [rows][512] e4m3) and
-// that of the bf16 rope part as bytes (128-byte boxes, 128-byte swizzle), from q's columns
-// 512..575 or from q_pe; q_pe_col: the rope's first byte column (1024 or 0). box_rows: the
-// kernel's Q tile rows (64, or 16 for the kernel of at most 16 rows: fp8_block_narrow).
-void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int box_rows, QMapCache& cache,
-                          sm90::QMaps& maps, int& q_pe_col);
+// The per-block cache's Q in e4m3 (DecodeArgs::q_dtype): the latent part in q (bytes, rows
+// of q_row bytes), the rope part in q_pe (bf16, rows of pe_row elements), both checked.
+QSource check_e4m3_block_q(const DecodeConfig& c, int batch, const DecodeArgs& a);
+
+// Per-block fp8 caches: the map of the e4m3 latent part (q8: [rows][512] of q8_row_bytes a
+// row, the quantiser's in the workspace or the caller's) and that of the bf16 rope part as
+// bytes (128-byte boxes, 128-byte swizzle), from q's columns 512..575 or from q_pe;
+// q_pe_col: the rope's first byte column (1024 or 0). box_rows: the kernel's Q tile rows
+// (64, or 16 for the kernel of at most 16 rows: fp8_block_narrow).
+void fp8_block_q_maps_for(const QSource& q, const DecodeArgs& a, const void* q8, int64_t q8_row_bytes, int box_rows,
+                          QMapCache& cache, sm90::QMaps& maps, int& q_pe_col);
 
 // Checks the bf16 Q (one tensor, or latent + rope) and returns its maps (boxes of 64
 // columns x box_rows rows: the bf16 kernel's 64-row tiles, or the per-tensor fp8

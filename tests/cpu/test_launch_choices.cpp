@@ -537,8 +537,14 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   }
   EXPECT_THROW(detail::choose_q_path(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, bf16), QDtype::kFp8E4m3),
                Error);
-  EXPECT_THROW(detail::choose_q_path(*host_plan(16, 4, two, 132, Policy::kWorkList, 1, block), QDtype::kFp8E4m3),
-               Error);
+  // The per-block cache takes the caller's e4m3 Q too (its latent part, the rope in bf16),
+  // on every kernel and plan shape: no quantiser, no in-kernel quantisation.
+  for (const auto& plan : {host_plan(16, 4, two, 132, Policy::kWorkList, 1, block),
+                           host_plan(16, 1, many, 3, Policy::kWorkList, 1, block),
+                           host_plan(128, 1, two, 4, Policy::kWorkList, 1, block)}) {
+    EXPECT_EQ(detail::choose_q_path(*plan, QDtype::kFp8E4m3), QPath::kCallerE4m3);
+    EXPECT_EQ(path(plan, QDtype::kFp8E4m3).q_operand, "latent e4m3 (the caller's, one scale); rope bf16 (the caller's q_pe)");
+  }
   // The accuracy class: every fp8 kernel takes Q and P as e4m3, the bf16 one neither.
   const DecodePath b = path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, bf16));
   EXPECT_FALSE(b.fp8_products);

@@ -278,6 +278,32 @@ TEST(GpuSmoke, Fp8SplitRoleKernelMatchesTheReference) {
   }
 }
 
+// The per-block cache with the caller's e4m3 Q (its latent part, one power-of-two scale;
+// the rope part in a bf16 q_pe): no quantiser, the maps over the caller's tensors, on every
+// per-block kernel: the narrow one (16 rows), the split-role one (64 and 48 rows, one and
+// several items a CTA), 2-CTA clusters (128 rows), pages of 16 (two loader warps).
+TEST(GpuSmoke, Fp8BlockCacheWithAnE4m3QMatchesTheReference) {
+  KBMLA_REQUIRE_SM90();
+  std::vector<GpuCase> cases = {GpuCase{16, 1, {3000, 70, 900, 1}}, GpuCase{16, 4, {3000, 5000, 1, 700}},
+                                GpuCase{12, 4, {2500, 64, 4000}}, GpuCase{16, 4, {4096, 4096}},
+                                GpuCase{128, 1, {1000, 300}}, GpuCase{8, 16, {700, 2048}}};
+  cases[0].num_ctas = 3;
+  cases[1].num_ctas = 5;
+  cases[2].num_ctas = 2;
+  cases[3].num_ctas = 2;
+  GpuCase pages_of_16{16, 4, {700, 1301}};
+  pages_of_16.page_size = 16;
+  cases.push_back(pages_of_16);
+  for (GpuCase c : cases) {
+    c.fp8_block = true;
+    c.fp8_q = true;
+    SCOPED_TRACE(describe(c));
+    const GpuResult r = run_gpu_case(c);
+    expect_accurate(c, r);
+    EXPECT_EQ(r.path.q_operand, "latent e4m3 (the caller's, one scale); rope bf16 (the caller's q_pe)");
+  }
+}
+
 // The per-block split-role kernel (kernel_fp8_block_split.cu) on split_role_cases (several
 // items per CTA: the ring of P slots and the group maxima across items) and pages of 8 and
 // 16 (two loader warps; P V over 64, 48 and 32 rows), with power-of-two scales and scales

@@ -202,7 +202,9 @@ TEST(GpuEngineArgs, E4m3QWithPaddedRowsAndItsChecks) {
   bad.workspace_bytes = bf16_ws.count;
   bad.q_dtype = QDtype::kFp8E4m3;
   bad.q_scale = q_scale.ptr;
-  EXPECT_NE(error_of(bad, bf16_plan, bf16_kv).find("q_dtype kFp8E4m3 needs a per-tensor fp8 cache"), std::string::npos);
+  EXPECT_NE(error_of(bad, bf16_plan, bf16_kv).find("q_dtype kFp8E4m3 needs an fp8 cache (kv_dtype kFp8E4m3 or "
+                                                   "kFp8E4m3PerBlock); the bf16 kernel reads a bf16 Q"),
+            std::string::npos);
   bad = a;
   bad.q = dev.q.ptr;
   bad.q_dtype = QDtype::kBFloat16;
@@ -341,12 +343,24 @@ TEST(GpuEngineArgs, Fp8BlockCacheWithSplitQAndItsChecks) {
   bad.kv_scale = scale.ptr;
   EXPECT_NE(error_of(bad, kv).find("kv_scale is set but the cache is fp8_e4m3_block (its scales are in the cache)"),
             std::string::npos);
+  // An e4m3 Q for this cache is its latent part in q (512 bytes a row) and the rope in q_pe:
+  // q_pe missing, a latent row stride off 16 bytes, no scale.
   bad = a;
   bad.q_dtype = QDtype::kFp8E4m3;
   bad.q_scale = scale.ptr;
-  EXPECT_NE(error_of(bad, kv).find("q_dtype kFp8E4m3 needs a per-tensor fp8 cache (kv_dtype kFp8E4m3); the "
-                                   "fp8_e4m3_block kernel reads a bf16 Q"),
+  bad.q_pe = nullptr;
+  bad.q_pe_strides = {};
+  EXPECT_NE(error_of(bad, kv).find("an e4m3 Q for the per-block cache comes as its latent part in e4m3 (q, 512 bytes a "
+                                   "row) and its rope part in bf16 (q_pe, 64 values a row); q_pe must be a non-null"),
             std::string::npos);
+  DeviceArray<ref::Bf16> rope(size_t(rows) * 64);
+  bad.q_pe = rope.ptr;
+  bad.q_strides = {int64_t{q_len} * heads * 520, int64_t{heads} * 520, 520};
+  EXPECT_NE(error_of(bad, kv).find("q (e4m3 latent) row stride (520 elements) must be >= 512 and a multiple of 16"),
+            std::string::npos);
+  bad.q_strides = {};
+  bad.q_scale = nullptr;
+  EXPECT_NE(error_of(bad, kv).find("an e4m3 Q needs q_scale"), std::string::npos);
   KvCache per_tensor(dev_cache8.ptr, data.problem.num_pages, 64, 576, KvDtype::kFp8E4m3);
   EXPECT_NE(error_of(a, per_tensor).find("the cache's dtype (fp8_e4m3) does not match the plan's config kv_dtype "
                                          "(fp8_e4m3_block)"),
