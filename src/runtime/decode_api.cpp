@@ -387,8 +387,10 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   sm90::QuantizeQArgs quantize{};
   std::optional<detail::QSource> q_source;  // the per-tensor kernel's in-kernel quantisation
   bool q_staged = false;                    // the split-role kernel's staged bf16 Q
-  const int block_q_rows =
-      sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size) ? int(sm90::kFp8BlockNarrowQRows) : sm90::kRowsPerCta;
+  // The per-block kernels' Q boxes: 16 rows for the narrow kernel, else 64.
+  const int block_q_rows = per_block && sm90::fp8_block_narrow(c.heads * c.q_len, h.shape.cluster_size)
+                               ? int(sm90::kFp8BlockNarrowQRows)
+                               : sm90::kRowsPerCta;
   if (q_e4m3 && per_block) {
     // The caller's e4m3 latent part and bf16 rope part, and its one scale (every row reads
     // q_scale[0]).
