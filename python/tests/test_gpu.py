@@ -67,6 +67,17 @@ def buffers(q, plan):
     return out, lse, ws
 
 
+def expect_custom_op_bits(plan, kv, q, table, seqlens, out, lse, **kw):
+    """torch.ops.kbmla.decode on fresh buffers gives out and lse bit for bit."""
+    out2, lse2, ws2 = buffers(out, plan)
+    ph, ch = kops.handle(plan), kops.handle(kv)
+    torch.ops.kbmla.decode(q, table, seqlens, out2, lse2, ws2, ph, ch, **kw)
+    torch.cuda.synchronize()
+    kops.release(plan)
+    kops.release(kv)
+    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+
+
 SEQLENS = [0, 1, 63, 700, 9000]
 CFG = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE)
 
@@ -128,13 +139,7 @@ def test_fp8_cache_matches_the_dequantised_reference():
     with pytest.raises(Exception, match="kv_scale"):
         kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, torch.cuda.current_stream().cuda_stream)
     # The torch custom op passes the scale through: the same bits.
-    out2, lse2, ws2 = buffers(q, plan)
-    ph, ch = kops.handle(plan), kops.handle(kv)
-    torch.ops.kbmla.decode(q, table, seqlens, out2, lse2, ws2, ph, ch, kv_scale=kv_scale)
-    torch.cuda.synchronize()
-    kops.release(plan)
-    kops.release(kv)
-    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+    expect_custom_op_bits(plan, kv, q, table, seqlens, out, lse, kv_scale=kv_scale)
 
 
 def test_fp8_cache_with_an_e4m3_q():
@@ -162,14 +167,8 @@ def test_fp8_cache_with_an_e4m3_q():
     with pytest.raises(Exception, match="q_scale is given but q is bfloat16"):
         kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, stream, kv_scale=kv_scale, q_scale=q_scale_t)
     # Through the custom op: the same bits.
-    out2, lse2, ws2 = buffers(q, plan)
-    ph, ch = kops.handle(plan), kops.handle(kv)
-    torch.ops.kbmla.decode(q8.view(torch.uint8), table, seqlens, out2, lse2, ws2, ph, ch, kv_scale=kv_scale,
-                           q_scale=q_scale_t)
-    torch.cuda.synchronize()
-    kops.release(plan)
-    kops.release(kv)
-    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+    expect_custom_op_bits(plan, kv, q8.view(torch.uint8), table, seqlens, out, lse, kv_scale=kv_scale,
+                          q_scale=q_scale_t)
 
 
 def encode_fp8_block(cache):
@@ -203,13 +202,31 @@ def test_fp8_block_cache_matches_the_dequantised_reference():
     with pytest.raises(Exception, match="its scales are in the cache"):
         kbmla.decode(plan, kv, q, table, seqlens, out, lse, ws, stream, kv_scale=kv_scale)
     # Through the custom op: the same bits.
-    out2, lse2, ws2 = buffers(q, plan)
-    ph, ch = kops.handle(plan), kops.handle(kv)
-    torch.ops.kbmla.decode(q, table, seqlens, out2, lse2, ws2, ph, ch)
-    torch.cuda.synchronize()
-    kops.release(plan)
-    kops.release(kv)
-    assert torch.equal(out2, out) and torch.equal(lse2, lse)
+    expect_custom_op_bits(plan, kv, q, table, seqlens, out, lse)
+
+
+def test_fp8_block_cache_with_an_e4m3_q_latent_and_a_bf16_q_pe():
+    q, cache, table, seqlens = make_problem(SEQLENS, seed=11)
+    tokens, dequant = encode_fp8_block(cache)
+    latent = q[..., :512].float()
+    q_scale = 2.0 ** math.ceil(math.log2(latent.abs().max().item() / 448))
+    q8 = (latent / q_scale).to(torch.float8_e4m3fn)
+    q_pe = q[..., 512:]
+    q_deq = torch.cat([q8.float() * q_scale, q_pe.float()], -1).to(torch.bfloat16)  # exact in bf16
+    cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, kv_dtype="fp8_e4m3_block")
+    plan = kbmla.Plan.create(cfg, SEQLENS)
+    kv = kbmla.KvCache(tokens)
+    q_scale_t = torch.tensor([q_scale], dtype=torch.float32, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+    out, lse, ws = buffers(q, plan)
+    kbmla.decode(plan, kv, q8.view(torch.uint8), table, seqlens, out, lse, ws, stream, q_pe=q_pe,
+                 q_scale=q_scale_t)
+    assert kbmla.read_device_errors(ws)[0] == 0
+    expect_close_to_reference(out, lse, q_deq, dequant, table, seqlens)
+    with pytest.raises(Exception, match="q_pe"):
+        kbmla.decode(plan, kv, q8.view(torch.uint8), table, seqlens, out, lse, ws, stream, q_scale=q_scale_t)
+    # Through the custom op: the same bits.
+    expect_custom_op_bits(plan, kv, q8.view(torch.uint8), table, seqlens, out, lse, q_scale=q_scale_t, q_pe=q_pe)
 
 
 def test_wrong_tensor_is_a_value_error():
@@ -284,6 +301,22 @@ def test_engine_layouts_match_the_dense_call():
     finite = torch.isfinite(lse)
     assert torch.equal(torch.isfinite(lse_view), finite)
     assert torch.allclose(lse_view[finite], lse[finite] / math.log(2), rtol=1e-5, atol=1e-5)
+    # The custom op under torch.compile takes the same views: the same bits.
+    wide2 = torch.full_like(wide, float("nan"))
+    lse_ht2 = torch.full_like(lse_ht, float("nan"))
+    lse_view2 = lse_ht2.t().view(B, Q_LEN, HEADS)
+    ph, ch = kops.handle(plan), kops.handle(kv)
+
+    @torch.compile(fullgraph=True)
+    def step(q_nope, q_pe, out, lse):
+        torch.ops.kbmla.decode(q_nope, table, seqlens, out, lse, ws, ph, ch, q_pe=q_pe, lse_base="2")
+
+    step(q[..., :512], q[..., 512:], wide2[..., :512], lse_view2)
+    torch.cuda.synchronize()
+    kops.release(plan)
+    kops.release(kv)
+    assert torch.equal(wide2[..., :512], wide[..., :512]) and torch.isnan(wide2[..., 512:]).all()
+    assert torch.equal(lse_ht2, lse_ht)
 
 
 def test_context_parallel_halves_merge_to_the_reference():
