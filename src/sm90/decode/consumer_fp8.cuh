@@ -169,6 +169,18 @@ struct PerTensorScaling {
 // share the blocks); Scaling supplies what the cache formats do differently. kFixedWg: this
 // consumer's index as a constant (0, 1), or -1 to take `wg_arg` at run time (kernel_fp8.cu,
 // kTwoCopies, says when each is used).
+// Probe builds only (bench/build_variant.sh NAME "-DKBMLA_NARROW_PHASES_WG=1
+// -DKBMLA_NARROW_PHASE4_AFTER_PUBLISH=1" kernel_fp8.cu): the narrow tiles' item phases as
+// consumer 1 sees them, and the output phase ending after publish_partials.
+#ifndef KBMLA_NARROW_PHASES_WG
+#define KBMLA_NARROW_PHASES_WG 0
+#endif
+#ifndef KBMLA_NARROW_PHASE4_AFTER_PUBLISH
+#define KBMLA_NARROW_PHASE4_AFTER_PUBLISH 0
+#endif
+constexpr int kNarrowPhasesWg = KBMLA_NARROW_PHASES_WG;
+constexpr bool kNarrowPhase4AfterPublish = KBMLA_NARROW_PHASE4_AFTER_PUBLISH != 0;
+
 template <KernelMode Mode, int kFixedWg, class Scaling>
 __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t* smem, int wg_arg, Scaling sc) {
   using Layout = typename Scaling::Layout;
@@ -209,7 +221,7 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     if (!it.run) continue;
     // (Tiles of at most 16 rows only: in the wide consumers the timestamps moved ptxas's
     // spills, 44 / 40 -> 44 / 56 bytes, and the per-block kernel's 288 / 300 -> 296 / 324.)
-    const bool phases = kAcc == 8 && wg == 0 && p.item_timeline != nullptr && tid == 0;
+    const bool phases = kAcc == 8 && wg == kNarrowPhasesWg && p.item_timeline != nullptr && tid == 0;
     if (phases) record_item_phase(p, item_count, 0);
     // (Context-parallel positions are checked by the Q loader thread.)
     // (p is in the constant bank: testing p.q_inline again costs no register.)
@@ -346,8 +358,9 @@ __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t
     rows.publish_stats(wg, stats + wg * kRowsPerCta, row_exchange, warp, lane);
     named_sync(kBarRowStats, kConsumerThreads);
     write_item_output_transposed(p, it, wg, warp, lane, stats, sc.out_scale(), bad, o);
-    if (phases) record_item_phase(p, item_count - 1, 4);
+    if (!kNarrowPhase4AfterPublish && phases) record_item_phase(p, item_count - 1, 4);
     publish_partials(p, it, wg * 128 + tid);
+    if (kNarrowPhase4AfterPublish && phases) record_item_phase(p, item_count - 1, 4);
   }
   if (wg == 0 && p.timeline != nullptr && tid == 0) record_timeline_end(p, item_count);
 }
