@@ -165,10 +165,6 @@ struct PerTensorScaling {
   __device__ __forceinline__ float out_scale() const { return kv_scale; }
 };
 
-// The consumer loop of both fp8 kernels (the top of this file says how the two consumers
-// share the blocks); Scaling supplies what the cache formats do differently. kFixedWg: this
-// consumer's index as a constant (0, 1), or -1 to take `wg_arg` at run time (kernel_fp8.cu,
-// kTwoCopies, says when each is used).
 // Probe builds only (bench/build_variant.sh NAME "-DKBMLA_NARROW_PHASES_WG=1
 // -DKBMLA_NARROW_PHASE4_AFTER_PUBLISH=1" kernel_fp8.cu): the narrow tiles' item phases as
 // consumer 1 sees them, and the output phase ending after publish_partials.
@@ -181,6 +177,10 @@ struct PerTensorScaling {
 constexpr int kNarrowPhasesWg = KBMLA_NARROW_PHASES_WG;
 constexpr bool kNarrowPhase4AfterPublish = KBMLA_NARROW_PHASE4_AFTER_PUBLISH != 0;
 
+// The consumer loop of both fp8 kernels (the top of this file says how the two consumers
+// share the blocks); Scaling supplies what the cache formats do differently. kFixedWg: this
+// consumer's index as a constant (0, 1), or -1 to take `wg_arg` at run time (kernel_fp8.cu,
+// kTwoCopies, says when each is used).
 template <KernelMode Mode, int kFixedWg, class Scaling>
 __device__ __forceinline__ void run_consumer_loop(const DecodeParams& p, uint8_t* smem, int wg_arg, Scaling sc) {
   using Layout = typename Scaling::Layout;
