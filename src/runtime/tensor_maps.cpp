@@ -7,6 +7,12 @@
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/config_fp8.hpp"
 
+// A variant build may pass another promotion (-DKBMLA_L2_PROMOTION=CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+// for an A/B against the old maps).
+#ifndef KBMLA_L2_PROMOTION
+#define KBMLA_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+#endif
+
 namespace kbmla::detail {
 
 namespace {
@@ -58,11 +64,17 @@ void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint6
   encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, CU_TENSOR_MAP_SWIZZLE_128B, base, rank, dims, strides, box, what);
 }
 
+// Every box row the decode loads is at most 128 bytes wide, and the cache rows it comes from are
+// 576, 656 or 1,152 bytes apart, so a row's 128 bytes straddle 256-byte lines: promoting to 256
+// bytes fetches lines that the neighbouring boxes read again later. Measured on an H200 with 132
+// SMs streaming fp8 pages of 64 tokens (bench/gpc_probe.cu, bench/NOTES.md v61): the decode's
+// four latent boxes and rope box per page 4.21-4.36 TB/s with 256-byte promotion, 4.54-4.62 with
+// 128-byte, against 4.60-4.65 for one bulk copy of each whole page.
 void encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, CUtensorMapSwizzle swizzle, const void* base, int rank,
                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   CUresult r = tensor_map_encoder()(map, dtype, rank, const_cast<void*>(base), dims, strides, box, elem_strides,
-                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, KBMLA_L2_PROMOTION,
                                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   require(r == CUDA_SUCCESS, "cuTensorMapEncodeTiled failed for ", what, " (CUresult ", int(r), ")");
 }
