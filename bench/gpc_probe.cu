@@ -194,6 +194,58 @@ __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __g
   rec[3 * blockIdx.x + 2] = now_ns();
 }
 
+// 4. The box forms of both caches under each L2 promotion: rows of row_bytes (576 fp8, 1,152
+// bf16), pages of 64 tokens loaded as 64 / box_rows parts, each part latent_boxes boxes of 128
+// bytes x box_rows (128-byte swizzle) and, for fp8, a rope box of 64 bytes (64-byte swizzle);
+// `stages` pages in flight, pages drawn at random.
+__global__ void box_probe(const __grid_constant__ CUtensorMap latent, const __grid_constant__ CUtensorMap rope,
+                          int row_bytes, int latent_boxes, int has_rope, int box_rows, int stages, int pages_per_cta,
+                          int total_pages, unsigned long long* rec) {
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  __shared__ __align__(8) uint64_t bars[8];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  if (threadIdx.x != 0) return;
+  rec[3 * blockIdx.x] = smid();
+  for (int s = 0; s < stages; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(unsigned(__cvta_generic_to_shared(&bars[s]))));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  const int page_bytes = 64 * row_bytes;
+  const int parts = 64 / box_rows;
+  auto issue = [&](int i) {
+    const int s = i % stages;
+    const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
+    unsigned dst = unsigned(__cvta_generic_to_shared(smem + size_t(s) * page_bytes));
+    unsigned h = (blockIdx.x * 2654435761u) ^ (unsigned(i) * 40503u + 0x9e3779b9u);
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    const int page = int(h % unsigned(total_pages));
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(page_bytes) : "memory");
+    for (int part = 0; part < parts; ++part) {
+      for (int c = 0; c < latent_boxes; ++c, dst += 128 * box_rows)
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                dst),
+            "l"(&latent), "r"(c * 128), "r"(0), "r"(page * parts + part), "r"(b)
+            : "memory");
+      if (has_rope) {
+        asm volatile(
+            "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+                dst),
+            "l"(&rope), "r"(512), "r"(0), "r"(page * parts + part), "r"(b)
+            : "memory");
+        dst += 64 * box_rows;
+      }
+    }
+  };
+  const unsigned long long t0 = now_ns();
+  for (int i = 0; i < stages && i < pages_per_cta; ++i) issue(i);
+  for (int i = 0; i < pages_per_cta; ++i) {
+    wait_parity(unsigned(__cvta_generic_to_shared(&bars[i % stages])), unsigned((i / stages) & 1));
+    if (i + stages < pages_per_cta) issue(i + stages);
+  }
+  rec[3 * blockIdx.x + 1] = t0;
+  rec[3 * blockIdx.x + 2] = now_ns();
+}
+
 struct UnionFind {
   std::vector<int> p;
   explicit UnionFind(int n) : p(n) { std::iota(p.begin(), p.end(), 0); }
@@ -392,6 +444,48 @@ int main() {
                       double(pages_per_cta) * kPageBytes * sms / double(t_last - t_first), mean,
                       *std::min_element(per.begin(), per.end()), *std::max_element(per.begin(), per.end()));
         }
+    // 4. Box forms of both caches under each L2 promotion.
+    struct BoxForm {
+      const char* name;
+      int row_bytes, latent_boxes, has_rope, box_rows, stages;
+    };
+    const BoxForm forms[] = {{"fp8 64-row boxes", 576, 4, 1, 64, 5},
+                             {"fp8 32-row boxes", 576, 4, 1, 32, 5},
+                             {"bf16 64-row boxes", 1152, 9, 0, 64, 2},
+                             {"bf16 64-row boxes 3 st", 1152, 9, 0, 64, 3}};
+    CK(cudaFuncSetAttribute(box_probe, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024));
+    for (int round = 0; round < 2; ++round)
+      for (const BoxForm& f : forms)
+        for (int k = 0; k < 4; ++k) {
+          const int page_bytes = 64 * f.row_bytes;
+          const int total = int(dram_region * sms / page_bytes), per_cta = total / sms;
+          const int smem = f.stages * page_bytes + 1024;
+          if (smem > 227 * 1024) continue;
+          CUtensorMap lat{}, rp{};
+          const cuuint64_t dims[3] = {cuuint64_t(f.row_bytes), cuuint64_t(f.box_rows),
+                                      cuuint64_t(total) * (64 / f.box_rows)};
+          const cuuint64_t str[2] = {cuuint64_t(f.row_bytes), cuuint64_t(f.row_bytes) * f.box_rows};
+          const cuuint32_t lb[3] = {128, cuuint32_t(f.box_rows), 1}, rb[3] = {64, cuuint32_t(f.box_rows), 1};
+          chk(encode(&lat, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, buf, dims, str, lb, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_128B, promo[k], CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "box latent");
+          chk(encode(&rp, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, buf, dims, str, rb, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                     CU_TENSOR_MAP_SWIZZLE_64B, promo[k], CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+              "box rope");
+          box_probe<<<sms, 32, smem>>>(lat, rp, f.row_bytes, f.latent_boxes, f.has_rope, f.box_rows, f.stages, per_cta,
+                                       total, d_rec);
+          CK(cudaDeviceSynchronize());
+          std::vector<unsigned long long> r(3 * sms);
+          CK(cudaMemcpy(r.data(), d_rec, r.size() * sizeof(r[0]), cudaMemcpyDeviceToHost));
+          unsigned long long t_first = ~0ull, t_last = 0;
+          for (int b = 0; b < sms; ++b) {
+            t_first = std::min(t_first, r[3 * b + 1]);
+            t_last = std::max(t_last, r[3 * b + 2]);
+          }
+          std::printf("round %d boxes %-24s %-18s total %.0f GB/s\n", round, f.name, promo_name[k],
+                      double(per_cta) * page_bytes * sms / double(t_last - t_first));
+        }
+
   }
   std::printf("err %s\n", cudaGetErrorString(cudaGetLastError()));
   return 0;
