@@ -6,9 +6,13 @@
 //  2. Each SM's streaming rate with one CTA per SM, every CTA one thread issuing bulk copies
 //     (cp.async.bulk, 32 KiB each, STAGES in flight) of its own region into shared memory:
 //     from DRAM (16 MiB a CTA), from L2 (a 192 KiB region read 100 times after a first pass),
-//     and from DRAM with only even SMs (one SM a TPC) taking part. Printed by GPC: its size,
+//     and from DRAM with only even SMs (one SM a TPC) taking part. Printed by group: its size,
 //     the mean / min / max of its SMs' GB/s, so a rate set by the GPC's size shows as a column
 //     that falls with the size.
+//  3. The decode's fp8 page loads (page_probe): its 128-byte boxes under each L2 promotion,
+//     one 4-D latent box, one bulk copy of the page, a bulk copy a row.
+//  4. The box forms of both caches (box_probe): fp8 boxes of 64 and 32 rows, bf16 boxes of 64
+//     rows, under each L2 promotion. Results: bench/NOTES.md v61.
 // Build: nvcc -O2 -std=c++17 -gencode arch=compute_90a,code=sm_90a -cudart static
 //        -o build-alt/gpc_probe bench/gpc_probe.cu
 #include <cuda.h>

@@ -7,8 +7,8 @@
 #include "src/sm90/decode/config.hpp"
 #include "src/sm90/decode/config_fp8.hpp"
 
-// A variant build may pass another promotion (-DKBMLA_L2_PROMOTION=CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-// for an A/B against the old maps).
+// Another promotion for an A/B against the old maps: build the library with
+// -DKBMLA_L2_PROMOTION=CU_TENSOR_MAP_L2_PROMOTION_L2_256B.
 #ifndef KBMLA_L2_PROMOTION
 #define KBMLA_L2_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_128B
 #endif
@@ -65,8 +65,8 @@ void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint6
 }
 
 // Every box row the decode loads is at most 128 bytes wide, and the cache rows it comes from are
-// 576, 656 or 1,152 bytes apart, so a row's 128 bytes straddle 256-byte lines: promoting to 256
-// bytes fetches lines that the neighbouring boxes read again later. Measured on an H200 with 132
+// 576, 656 or 1,152 bytes apart, so a row's 128 bytes straddle 256-byte lines; promoting to 256
+// bytes (inferred, not traced) fetches lines that the neighbouring boxes read again later. Measured on an H200 with 132
 // SMs streaming fp8 pages of 64 tokens (bench/gpc_probe.cu, bench/NOTES.md v61): the decode's
 // four latent boxes and rope box per page 4.21-4.36 TB/s with 256-byte promotion, 4.54-4.62 with
 // 128-byte, against 4.60-4.65 for one bulk copy of each whole page.
