@@ -66,10 +66,10 @@ void encode_bf16_map(CUtensorMap* map, const void* base, int rank, const cuuint6
 
 // Every box row the decode loads is at most 128 bytes wide, and the cache rows it comes from are
 // 576, 656 or 1,152 bytes apart, so a row's 128 bytes straddle 256-byte lines; promoting to 256
-// bytes (inferred, not traced) fetches lines that the neighbouring boxes read again later. Measured on an H200 with 132
-// SMs streaming fp8 pages of 64 tokens (bench/gpc_probe.cu, bench/NOTES.md v61): the decode's
-// four latent boxes and rope box per page 4.21-4.36 TB/s with 256-byte promotion, 4.54-4.62 with
-// 128-byte, against 4.60-4.65 for one bulk copy of each whole page.
+// bytes (inferred, not traced) fetches lines that the neighbouring boxes read again later.
+// Measured on an H200 with 132 SMs streaming fp8 pages of 64 tokens (bench/gpc_probe.cu,
+// bench/NOTES.md v61): the decode's four latent boxes and rope box per page 4.21-4.36 TB/s with
+// 256-byte promotion, 4.54-4.62 with 128-byte, against 4.60-4.65 for one bulk copy of each page.
 void encode_tiled(CUtensorMap* map, CUtensorMapDataType dtype, CUtensorMapSwizzle swizzle, const void* base, int rank,
                   const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box, const char* what) {
   const cuuint32_t elem_strides[3] = {1, 1, 1};
