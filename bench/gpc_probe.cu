@@ -46,6 +46,36 @@ __device__ __forceinline__ unsigned long long now_ns() {
   return t;
 }
 
+__device__ __forceinline__ void wait_parity(unsigned b, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(b), "r"(parity)
+                 : "memory");
+  }
+}
+
+__device__ __forceinline__ void init_barriers(uint64_t* bars, int n) {
+  for (int s = 0; s < n; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(unsigned(__cvta_generic_to_shared(&bars[s]))));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// The one-thread ring every probe runs: `issue(i)` fills stage i % stages and arms its barrier;
+// `total` loads with `stages` in flight; the start and end times go to rec[1], rec[2].
+template <class Issue>
+__device__ void run_ring(long total, int stages, uint64_t* bars, Issue issue, unsigned long long* rec) {
+  const unsigned long long t0 = now_ns();
+  for (long i = 0; i < stages && i < total; ++i) issue(i);
+  for (long i = 0; i < total; ++i) {
+    wait_parity(unsigned(__cvta_generic_to_shared(&bars[i % stages])), unsigned((i / stages) & 1));
+    if (i + stages < total) issue(i + stages);
+  }
+  rec[1] = t0;
+  rec[2] = now_ns();
+}
+
 __global__ void cluster_smid(int* out) {
   if (threadIdx.x == 0) out[blockIdx.x] = int(smid());
 }
@@ -66,11 +96,7 @@ __global__ void stream_probe(const uint8_t* buf, size_t region, int passes, int 
   rec[3 * blockIdx.x + 1] = 0;
   rec[3 * blockIdx.x + 2] = 0;
   if (only_even && (sm & 1)) return;
-  for (int s = 0; s < stages; ++s) {
-    const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
-  }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  init_barriers(bars, stages);
   const unsigned owner = placement == 1 ? (blockIdx.x + 37) % gridDim.x : blockIdx.x;
   const uint8_t* base = buf + size_t(owner) * region;
   const long chunks_per_pass = long(region / kChunk);
@@ -86,28 +112,7 @@ __global__ void stream_probe(const uint8_t* buf, size_t region, int passes, int 
                  "l"(src), "r"(kChunk), "r"(b)
                  : "memory");
   };
-  auto wait = [&](long i) {
-    const int s = int(i % stages);
-    const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
-    const unsigned parity = unsigned((i / stages) & 1);
-    unsigned done = 0;
-    while (!done) {
-      asm volatile(
-          "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-          : "=r"(done)
-          : "r"(b), "r"(parity)
-          : "memory");
-    }
-  };
-  const unsigned long long t0 = now_ns();
-  for (long i = 0; i < stages && i < total; ++i) issue(i);
-  for (long i = 0; i < total; ++i) {
-    wait(i);
-    if (i + stages < total) issue(i + stages);
-  }
-  const unsigned long long t1 = now_ns();
-  rec[3 * blockIdx.x + 1] = t0;
-  rec[3 * blockIdx.x + 2] = t1;
+  run_ring(total, stages, bars, issue, rec + 3 * blockIdx.x);
 }
 
 
@@ -121,16 +126,6 @@ __global__ void stream_probe(const uint8_t* buf, size_t region, int passes, int 
 constexpr int kPageBytes = 576 * 64;
 constexpr int kPageStages = 5;
 
-__device__ __forceinline__ void wait_parity(unsigned b, unsigned parity) {
-  unsigned done = 0;
-  while (!done) {
-    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                 : "=r"(done)
-                 : "r"(b), "r"(parity)
-                 : "memory");
-  }
-}
-
 __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __grid_constant__ CUtensorMap rope,
                            const __grid_constant__ CUtensorMap latent4, const uint8_t* buf, int pages_per_cta,
                            int total_pages, int form, int random_pages, unsigned long long* rec) {
@@ -139,9 +134,7 @@ __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __g
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (threadIdx.x != 0) return;
   rec[3 * blockIdx.x] = smid();
-  for (int s = 0; s < kPageStages; ++s)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(unsigned(__cvta_generic_to_shared(&bars[s]))));
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  init_barriers(bars, kPageStages);
   auto page_of = [&](int i) -> int {
     if (!random_pages) return blockIdx.x * pages_per_cta + i;
     unsigned h = (blockIdx.x * 2654435761u) ^ (unsigned(i) * 40503u + 0x9e3779b9u);
@@ -188,14 +181,7 @@ __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __g
         "l"(&rope), "r"(512), "r"(0), "r"(page), "r"(b)
         : "memory");
   };
-  const unsigned long long t0 = now_ns();
-  for (int i = 0; i < kPageStages && i < pages_per_cta; ++i) issue(i);
-  for (int i = 0; i < pages_per_cta; ++i) {
-    wait_parity(unsigned(__cvta_generic_to_shared(&bars[i % kPageStages])), unsigned((i / kPageStages) & 1));
-    if (i + kPageStages < pages_per_cta) issue(i + kPageStages);
-  }
-  rec[3 * blockIdx.x + 1] = t0;
-  rec[3 * blockIdx.x + 2] = now_ns();
+  run_ring(pages_per_cta, kPageStages, bars, issue, rec + 3 * blockIdx.x);
 }
 
 // 4. The box forms of both caches under each L2 promotion: rows of row_bytes (576 fp8, 1,152
@@ -206,13 +192,11 @@ __global__ void box_probe(const __grid_constant__ CUtensorMap latent, const __gr
                           int row_bytes, int latent_boxes, int has_rope, int box_rows, int stages, int pages_per_cta,
                           int total_pages, unsigned long long* rec) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
-  __shared__ __align__(8) uint64_t bars[8];
+  __shared__ __align__(8) uint64_t bars[kMaxStages];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   if (threadIdx.x != 0) return;
   rec[3 * blockIdx.x] = smid();
-  for (int s = 0; s < stages; ++s)
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(unsigned(__cvta_generic_to_shared(&bars[s]))));
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  init_barriers(bars, stages);
   const int page_bytes = 64 * row_bytes;
   const int parts = 64 / box_rows;
   auto issue = [&](int i) {
@@ -240,14 +224,7 @@ __global__ void box_probe(const __grid_constant__ CUtensorMap latent, const __gr
       }
     }
   };
-  const unsigned long long t0 = now_ns();
-  for (int i = 0; i < stages && i < pages_per_cta; ++i) issue(i);
-  for (int i = 0; i < pages_per_cta; ++i) {
-    wait_parity(unsigned(__cvta_generic_to_shared(&bars[i % stages])), unsigned((i / stages) & 1));
-    if (i + stages < pages_per_cta) issue(i + stages);
-  }
-  rec[3 * blockIdx.x + 1] = t0;
-  rec[3 * blockIdx.x + 2] = now_ns();
+  run_ring(pages_per_cta, stages, bars, issue, rec + 3 * blockIdx.x);
 }
 
 struct UnionFind {
@@ -464,7 +441,10 @@ int main() {
           const int page_bytes = 64 * f.row_bytes;
           const int total = int(dram_region * sms / page_bytes), per_cta = total / sms;
           const int smem = f.stages * page_bytes + 1024;
-          if (smem > 226 * 1024) continue;
+          if (smem > 226 * 1024 || f.stages > kMaxStages) {
+            std::printf("boxes %s: %d stages of %d bytes do not fit; skipped\n", f.name, f.stages, page_bytes);
+            continue;
+          }
           CUtensorMap lat{}, rp{};
           const cuuint64_t dims[3] = {cuuint64_t(f.row_bytes), cuuint64_t(f.box_rows),
                                       cuuint64_t(total) * (64 / f.box_rows)};

@@ -142,14 +142,20 @@ def test_fp8_cache_matches_the_dequantised_reference():
     expect_custom_op_bits(plan, kv, q, table, seqlens, out, lse, kv_scale=kv_scale)
 
 
+def e4m3_with_pow2_scale(x):
+    """x as e4m3 with one power-of-two scale (amax / 448 rounded up), and that scale."""
+    x = x.float()
+    scale = 2.0 ** math.ceil(math.log2(x.abs().max().item() / 448))
+    return (x / scale).to(torch.float8_e4m3fn), scale
+
+
 def test_fp8_cache_with_an_e4m3_q():
     q, cache, table, seqlens = make_problem(SEQLENS, seed=9)
     scale = 1.0 / 256
     cache8 = (cache.float() / scale).to(torch.float8_e4m3fn)
     dequant = (cache8.float() * scale).to(torch.bfloat16)
     # Q in e4m3 with one power-of-two scale: e4m3 x scale is exact in bf16 for the reference.
-    q_scale = 2.0 ** math.ceil(math.log2(q.float().abs().max().item() / 448))
-    q8 = (q.float() / q_scale).to(torch.float8_e4m3fn)
+    q8, q_scale = e4m3_with_pow2_scale(q)
     q_deq = (q8.float() * q_scale).to(torch.bfloat16)
     cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, kv_dtype="fp8_e4m3")
     plan = kbmla.Plan.create(cfg, SEQLENS)
@@ -208,9 +214,7 @@ def test_fp8_block_cache_matches_the_dequantised_reference():
 def test_fp8_block_cache_with_an_e4m3_q_latent_and_a_bf16_q_pe():
     q, cache, table, seqlens = make_problem(SEQLENS, seed=11)
     tokens, dequant = encode_fp8_block(cache)
-    latent = q[..., :512].float()
-    q_scale = 2.0 ** math.ceil(math.log2(latent.abs().max().item() / 448))
-    q8 = (latent / q_scale).to(torch.float8_e4m3fn)
+    q8, q_scale = e4m3_with_pow2_scale(q[..., :512])
     q_pe = q[..., 512:]
     q_deq = torch.cat([q8.float() * q_scale, q_pe.float()], -1).to(torch.bfloat16)  # exact in bf16
     cfg = kbmla.DecodeConfig(heads=HEADS, q_len=Q_LEN, softmax_scale=SCALE, kv_dtype="fp8_e4m3_block")
