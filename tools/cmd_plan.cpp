@@ -67,7 +67,7 @@ std::string decode_path(int heads, int q_len, int d_qk, int page_size, KvDtype k
     options.cost = cost;
     const auto impl = detail::make_host_impl(c, seqlens, options);
     impl->device_sm_count = sms;
-    return detail::describe_decode(*impl, page_size >= 64, QDtype::kBFloat16).summary();
+    return detail::describe_decode(*impl, QDtype::kBFloat16).summary();
   } catch (const Error& e) {
     return std::string("n/a: ") + e.what();
   }

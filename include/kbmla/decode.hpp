@@ -158,11 +158,6 @@ class KvCache {
   // has 128-byte boxes, the rope part 64 bytes).
   const void* tensor_map() const { return tensor_map_; }
   const void* aux_tensor_map() const { return aux_map_; }
-  // kFp8E4m3 with pages of 64 tokens or more: the same two maps with boxes of 32 rows (the
-  // pages in 32-token parts), which the tiles of at most 16 query rows stream faster than
-  // boxes of 64; null for other caches (or when the 32-token parts would number 2^31).
-  const void* half_part_tensor_map() const { return has_half_parts_ ? half_map_ : nullptr; }
-  const void* half_part_aux_tensor_map() const { return has_half_parts_ ? half_aux_map_ : nullptr; }
 
  private:
   const void* data_;
@@ -170,11 +165,8 @@ class KvCache {
   int page_size_;
   int d_qk_;
   KvDtype dtype_;
-  bool has_half_parts_ = false;
   alignas(64) unsigned char tensor_map_[128];
   alignas(64) unsigned char aux_map_[128];
-  alignas(64) unsigned char half_map_[128];
-  alignas(64) unsigned char half_aux_map_[128];
 };
 
 // Element strides of a [batch, q_len, heads, ...] tensor whose last dimension is dense.

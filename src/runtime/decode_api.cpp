@@ -444,8 +444,7 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
   const WorkspaceLayout ws = workspace_layout(h.counts.num_slots, c.heads * c.q_len, c.d_v);
   // The fields the kernel choice reads (shape, pages and parts, the row gather), as
   // describe_decode sets them; then the call's own.
-  const bool half_parts = detail::uses_half_parts(P, cache.half_part_tensor_map() != nullptr);
-  sm90::DecodeParams p = detail::kernel_choice_params(P, cache.half_part_tensor_map() != nullptr);
+  sm90::DecodeParams p = detail::kernel_choice_params(P);
   p.batch = B;
   p.num_q_tiles = h.counts.num_q_tiles;
   p.max_pages = a.max_pages;
@@ -526,9 +525,8 @@ void detail::decode_with_mode(const DevicePlan& plan, const KvCache& cache, cons
       sm90::launch_decode_fp8_block(q_maps, kv_maps, p, grid, stream, after_quantiser);
     } else if (fp8) {
       sm90::KvFp8Maps kv_maps;
-      std::memcpy(&kv_maps.latent, half_parts ? cache.half_part_tensor_map() : cache.tensor_map(), sizeof(CUtensorMap));
-      std::memcpy(&kv_maps.rope, half_parts ? cache.half_part_aux_tensor_map() : cache.aux_tensor_map(),
-                  sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.latent, cache.tensor_map(), sizeof(CUtensorMap));
+      std::memcpy(&kv_maps.rope, cache.aux_tensor_map(), sizeof(CUtensorMap));
       const bool after_quantiser = !q_e4m3 && !p.q_inline && !p.q_staged;
       if (after_quantiser) sm90::launch_quantize_q(quantize, stream);
       sm90::launch_decode_fp8(q_maps, kv_maps, p, grid, stream, after_quantiser);

@@ -60,10 +60,10 @@ std::string DecodePath::summary() const {
 
 namespace detail {
 
-DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts, QDtype q_dtype) {
+DecodePath describe_decode(const DevicePlan::Impl& P, QDtype q_dtype) {
   const DecodeConfig& c = P.config;
   const QPath q = choose_q_path(P, q_dtype);
-  const sm90::DecodeParams p = kernel_choice_params(P, cache_has_half_parts);
+  const sm90::DecodeParams p = kernel_choice_params(P);
   sm90::KernelChoice k;
   switch (c.kv_dtype) {
     case KvDtype::kBFloat16: k = sm90::choose_bf16_kernel(p, sm90::KernelMode::kFull); break;
@@ -87,7 +87,7 @@ DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts,
   if (k.gather_rows) {
     d.kv_loader = "cp.async row gather (" + std::to_string(c.page_size) + "-token pages)";
   } else {
-    d.kv_loader = "TMA, parts of " + std::to_string(1 << p.part_log2) + " tokens" +
+    d.kv_loader = "TMA, parts of " + std::to_string(std::min(c.page_size, sm90::kBlockTokens)) + " tokens" +
                   (k.two_loader_warps ? ", two loader warps" : ", one loader warp");
   }
   const CombineParams cp = combine_plan_params(P);
@@ -115,7 +115,7 @@ DecodePath describe_decode(const DevicePlan& plan, const KvCache& cache, QDtype 
           "describe_decode: cache (page_size ", cache.page_size(), ", d_qk ", cache.d_qk(), ", ",
           kv_dtype_name(cache.dtype()), ") does not match the plan's config (page_size ", c.page_size, ", d_qk ",
           c.d_qk, ", ", kv_dtype_name(c.kv_dtype), ")");
-  return detail::describe_decode(plan.impl(), cache.half_part_tensor_map() != nullptr, q_dtype);
+  return detail::describe_decode(plan.impl(), q_dtype);
 }
 
 }  // namespace kbmla

@@ -34,8 +34,6 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
   static_assert(sizeof(CUtensorMap) == sizeof(tensor_map_) && sizeof(CUtensorMap) == sizeof(aux_map_),
                 "tensor map storage");
   std::memset(aux_map_, 0, sizeof aux_map_);
-  std::memset(half_map_, 0, sizeof half_map_);
-  std::memset(half_aux_map_, 0, sizeof half_aux_map_);
   // Pages of 64 tokens or more are addressed as 64-token parts (the loader's "virtual
   // pages"); smaller pages are one box of page_size rows each.
   const int rows = std::min(page_size, sm90::kBlockTokens);
@@ -60,29 +58,16 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
     // The latent columns in boxes of 128 (128-byte rows, 128-byte swizzle: half the TMA
     // operations and L2 requests of 64-byte boxes), the rope columns (d_qk 576) in one box
     // of 64 (64-byte swizzle); config_fp8.hpp.
-    auto encode = [&](int box_rows, unsigned char* latent_map, unsigned char* rope_map) {
-      const int64_t n = num_pages * (page_size / box_rows);
-      const cuuint64_t part_dims[3] = {cuuint64_t(d_qk), cuuint64_t(box_rows), cuuint64_t(n)};
-      const cuuint64_t part_strides[2] = {row_bytes, row_bytes * box_rows};
-      const cuuint32_t latent_box[3] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(box_rows), 1};
-      detail::encode_tiled(reinterpret_cast<CUtensorMap*>(latent_map), CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                           CU_TENSOR_MAP_SWIZZLE_128B, data, 3, part_dims, part_strides, latent_box,
-                           "the KV cache (fp8 latent)");
-      if (d_qk > sm90::kDqkNoRope) {
-        const cuuint32_t rope_box[3] = {sm90::fp8::kBoxRowBytes, cuuint32_t(box_rows), 1};
-        detail::encode_tiled(reinterpret_cast<CUtensorMap*>(rope_map), CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                             CU_TENSOR_MAP_SWIZZLE_64B, data, 3, part_dims, part_strides, rope_box,
-                             "the KV cache (fp8 rope)");
-      }
-    };
-    encode(rows, tensor_map_, aux_map_);
-    // Boxes of 32 rows for the narrow tiles (decode_api.cpp says when): three alternated
-    // runs on an H200 (bench/NOTES.md v30), lognormal_H16_Sq1 183-186 -> 178-180 us, page
-    // 128 183-185 -> 180-182, B128_Sq1 1.5 % faster, B64_L32768 level; the 64-row tiles
-    // (lognormal_H16_Sq4 +2 %) and the bf16 cache (+2-8 %) were slower with them.
-    if (page_size >= sm90::kBlockTokens && num_pages * (page_size / 32) < (int64_t{1} << 31)) {
-      encode(32, half_map_, half_aux_map_);
-      has_half_parts_ = true;
+    // One box form for every tile: v30's 32-row boxes for the narrow tiles (faster under
+    // 256-byte L2 promotion) lost 0.5-5 % to these 64-row ones under 128-byte promotion
+    // (bench/NOTES.md v62).
+    const cuuint32_t latent_box[3] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(rows), 1};
+    detail::encode_tiled(reinterpret_cast<CUtensorMap*>(tensor_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                         CU_TENSOR_MAP_SWIZZLE_128B, data, 3, dims, strides, latent_box, "the KV cache (fp8 latent)");
+    if (d_qk > sm90::kDqkNoRope) {
+      const cuuint32_t rope_box[3] = {sm90::fp8::kBoxRowBytes, cuuint32_t(rows), 1};
+      detail::encode_tiled(reinterpret_cast<CUtensorMap*>(aux_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                           CU_TENSOR_MAP_SWIZZLE_64B, data, 3, dims, strides, rope_box, "the KV cache (fp8 rope)");
     }
     return;
   }

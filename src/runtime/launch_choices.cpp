@@ -50,10 +50,9 @@ bool gathers_rows(const DecodeConfig& c) {
 
 namespace {
 // Whether a per-tensor fp8 call of this plan runs the split-role kernel (kernel.hpp,
-// fp8_split_roles). Half parts only serve tiles of at most 16 rows, which the split-role
-// kernel never takes, so the cache's maps do not matter here.
+// fp8_split_roles).
 bool per_tensor_split_kernel(const DevicePlan::Impl& P) {
-  const sm90::DecodeParams p = kernel_choice_params(P, /*cache_has_half_parts=*/false);
+  const sm90::DecodeParams p = kernel_choice_params(P);
   return P.config.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_split_kernel_wanted(p);
 }
 
@@ -105,7 +104,7 @@ QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
     // warpgroups (their row scales in its unused own-P buffers; bench/NOTES.md v52); the
     // alternating kernel's wide form has no shared memory left for the row scales (v27).
     const bool narrow = sm90::fp8_block_narrow(rows, P.host.shape.cluster_size);
-    const bool split = sm90::fp8_block_split_kernel_wanted(kernel_choice_params(P, false));
+    const bool split = sm90::fp8_block_split_kernel_wanted(kernel_choice_params(P));
     return (narrow || split) && fp8_quantises_q_in_kernel(P, rows) ? QPath::kInline : QPath::kQuantiserKernel;
   }
   if (fp8_stages_q_in_kernel(P)) return QPath::kStaged;
@@ -113,13 +112,7 @@ QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype) {
   return QPath::kQuantiserKernel;
 }
 
-bool uses_half_parts(const DevicePlan::Impl& P, bool cache_has_half_parts) {
-  const DecodeConfig& c = P.config;
-  return c.kv_dtype == KvDtype::kFp8E4m3 && sm90::fp8_narrow(c.heads * c.q_len, P.host.shape.cluster_size) &&
-         cache_has_half_parts;
-}
-
-sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P, bool cache_has_half_parts) {
+sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P) {
   const DecodeConfig& c = P.config;
   sm90::DecodeParams p{};
   p.q_len = c.q_len;
@@ -130,9 +123,6 @@ sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P, bool cache_ha
   p.cluster_size = P.host.shape.cluster_size;
   p.page_size = c.page_size;
   p.page_log2 = __builtin_ctz(unsigned(c.page_size));  // a power of two (validate_config)
-  // The per-tensor fp8 cache's narrow tiles load pages of 64 tokens or more in parts of 32
-  // (KvCache::half_part_tensor_map); everything else in parts of min(page_size, 64).
-  p.part_log2 = uses_half_parts(P, cache_has_half_parts) ? 5 : std::min(p.page_log2, 6);
   p.gather_rows = gathers_rows(c);
   p.cta_rows = sm90::kRowsPerCta;
   if (p.cluster_size > 1) {

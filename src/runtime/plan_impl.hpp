@@ -71,16 +71,12 @@ std::unique_ptr<DevicePlan::Impl> make_host_impl(const DecodeConfig& config, std
 enum class QPath { kBf16, kCallerE4m3, kQuantiserKernel, kInline, kStaged };
 QPath choose_q_path(const DevicePlan::Impl& P, QDtype q_dtype);
 
-// Whether the per-tensor fp8 cache's pages stream in 32-token parts (the narrow tiles, when
-// the cache has those maps: KvCache::half_part_tensor_map).
-bool uses_half_parts(const DevicePlan::Impl& P, bool cache_has_half_parts);
-
 // The DecodeParams fields that the kernel choice (sm90::choose_*_kernel) reads, set as the
-// decode call sets them: rows, cluster size, d_qk, page and part sizes, the row gather.
-sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P, bool cache_has_half_parts);
+// decode call sets them: rows, cluster size, d_qk, page size, the row gather.
+sm90::DecodeParams kernel_choice_params(const DevicePlan::Impl& P);
 
 // describe_decode without the device objects (decode_path.cpp).
-DecodePath describe_decode(const DevicePlan::Impl& P, bool cache_has_half_parts, QDtype q_dtype);
+DecodePath describe_decode(const DevicePlan::Impl& P, QDtype q_dtype);
 
 // The plan's split requests for the combine (DevicePlan::Impl::split_requests: wide ones,
 // of more than kCombineNarrowSplits splits, first), from the host plan's split counts.

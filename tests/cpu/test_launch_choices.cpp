@@ -68,7 +68,7 @@ TEST(LaunchChoices, TwoCtaTilesOfAtMost96RowsRunInSlicesOf48) {
       no_rope{64, 512, KvDtype::kFp8E4m3};
   auto slice = [](int heads, int q_len, CacheShape cache) {
     const sm90::DecodeParams p =
-        detail::kernel_choice_params(*host_plan(heads, q_len, {3000, 100}, 132, Policy::kWorkList, 1, cache), false);
+        detail::kernel_choice_params(*host_plan(heads, q_len, {3000, 100}, 132, Policy::kWorkList, 1, cache));
     return std::pair{p.cta_rows, sm90::split_cta_rows(p)};
   };
   EXPECT_EQ(slice(24, 4, per_tensor), std::pair(48, 48));  // Kimi K3, 24 heads x q_len 4
@@ -92,7 +92,7 @@ TEST(LaunchChoices, TwoCtaTilesOfAtMost96RowsRunInSlicesOf48) {
   EXPECT_EQ(piece_of_row(63, 64), 0);
   EXPECT_EQ(piece_of_row(64, 64), 1);
   EXPECT_EQ(piece_of_row(200, 64), 3);
-  const DecodePath d = detail::describe_decode(*host_plan(24, 4, {3000, 100}, 132), false, QDtype::kBFloat16);
+  const DecodePath d = detail::describe_decode(*host_plan(24, 4, {3000, 100}, 132), QDtype::kBFloat16);
   EXPECT_EQ(d.cta_rows, 48);
   EXPECT_NE(d.kernel.find("P V over 48 rows"), std::string::npos) << d.kernel;
 }
@@ -232,13 +232,13 @@ TEST(LaunchChoices, BatchInvariantPlansMergeInTheVirtualWarpOrder) {
     EXPECT_TRUE(p.invariant_order);
     // 8 warps for 69 splits alone, 16 beside the 127-split request: the same sums either way.
     EXPECT_EQ(combine_kernel_choice(p).warps, seqlens.size() == 1 ? 8 : 16);
-    const std::string combine = detail::describe_decode(*inv, true, QDtype::kBFloat16).combine;
+    const std::string combine = detail::describe_decode(*inv, QDtype::kBFloat16).combine;
     EXPECT_NE(combine.find("batch-invariant order"), std::string::npos) << combine;
   }
   const auto balanced = host_plan(16, 1, {70000}, 69);
   ASSERT_EQ(balanced->host.num_splits[0], 69);
   EXPECT_FALSE(detail::combine_plan_params(*balanced).invariant_order);
-  const std::string combine = detail::describe_decode(*balanced, true, QDtype::kBFloat16).combine;
+  const std::string combine = detail::describe_decode(*balanced, QDtype::kBFloat16).combine;
   EXPECT_EQ(combine.find("batch-invariant order"), std::string::npos) << combine;
 }
 
@@ -321,10 +321,9 @@ TEST(LaunchChoices, CombineBlocksGetAnSmEachOnlyWhenTheGridFitsTheSms) {
 }
 
 // The second KV loader warp (kernel.hpp, two_loader_warps; bench/NOTES.md v31): blocks of 4+
-// parts by TMA, one CTA per tile. Pages of 32 and more (2 parts: measured level) and the
-// per-tensor fp8 16-row tiles' 32-token parts of larger pages keep one loader; pages below
-// 8 are gathered; 2-CTA clusters multicast.
-TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMoreParts) {
+// pages by TMA, one CTA per tile. Pages of 32 and more (2 a block: measured level) keep one
+// loader; pages below 8 are gathered; 2-CTA clusters multicast.
+TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMorePages) {
   for (int page_log2 = 0; page_log2 <= 8; ++page_log2) {
     for (const int cluster_size : {1, 2}) {
       sm90::DecodeParams p{};
@@ -333,25 +332,19 @@ TEST(LaunchChoices, TwoLoaderWarpsForBlocksOfFourOrMoreParts) {
       p.gather_rows = page_log2 < 3;  // pages below 8 tokens (both caches' rule at kGatherBelowPage 8)
       const bool want = cluster_size == 1 && (page_log2 == 3 || page_log2 == 4);
       SCOPED_TRACE("page " + std::to_string(1 << page_log2) + ", cluster " + std::to_string(cluster_size));
-      EXPECT_EQ(sm90::two_loader_warps(p, std::min(page_log2, 6)), want);
+      EXPECT_EQ(sm90::two_loader_warps(p), want);
     }
   }
-  // The per-tensor fp8 16-row tiles load pages of 64+ tokens in 32-token parts: one loader.
-  sm90::DecodeParams p{};
-  p.page_log2 = 7;
-  p.cluster_size = 1;
-  EXPECT_FALSE(sm90::two_loader_warps(p, 5));
 }
 
 // A request's tile as the kernel choices see it: rows, d_qk, cluster size and page size
-// (parts of at most 64 tokens, the row gather below 8).
+// (the row gather below 8).
 sm90::DecodeParams tile_params(int rows, int d_qk, int cluster_size, int page_log2) {
   sm90::DecodeParams p{};
   p.rows = rows;
   p.d_qk = d_qk;
   p.cluster_size = cluster_size;
   p.page_log2 = page_log2;
-  p.part_log2 = std::min(page_log2, 6);
   p.gather_rows = page_log2 < 3;
   return p;
 }
@@ -421,8 +414,8 @@ TEST(LaunchChoices, Fp8BlockSplitRolesForWideOneLoaderTiles) {
 
 // The kernel each call takes (sm90::choose_*_kernel on kernel_choice_params, what the
 // launch functions dispatch on) and what describe_decode reports of it.
-sm90::KernelChoice chosen(const DevicePlan::Impl& P, bool half_parts = true) {
-  const sm90::DecodeParams p = detail::kernel_choice_params(P, half_parts);
+sm90::KernelChoice chosen(const DevicePlan::Impl& P) {
+  const sm90::DecodeParams p = detail::kernel_choice_params(P);
   switch (P.config.kv_dtype) {
     case KvDtype::kBFloat16: return sm90::choose_bf16_kernel(p, sm90::KernelMode::kFull);
     case KvDtype::kFp8E4m3: return sm90::choose_fp8_kernel(p);
@@ -447,19 +440,16 @@ TEST(DecodePath, KernelChoiceByShapeAndPage) {
             K::kBf16Tile64);  // d_qk 512 keeps the 64-row consumers
   {
     const auto plan = host_plan(16, 1, two, 132, Policy::kWorkList, 1, {4, 576, KvDtype::kBFloat16});
-    const sm90::DecodeParams p = detail::kernel_choice_params(*plan, false);
+    const sm90::DecodeParams p = detail::kernel_choice_params(*plan);
     EXPECT_TRUE(sm90::choose_bf16_kernel(p, sm90::KernelMode::kFull).gather_rows);
     EXPECT_THROW(sm90::choose_bf16_kernel(p, sm90::KernelMode::kLoadOnly), Error);
   }
-  // Per-tensor fp8: narrow up to 16 rows (32-token parts when the cache has them), the
+  // Per-tensor fp8: narrow up to 16 rows, the
   // split-role kernel for 17..64 rows (P V over 32 / 48 / 64) and for 2-CTA clusters, the
   // alternating kernel for the row gather and d_qk 512 with two loader warps.
   {
     const sm90::KernelChoice k = chosen(*host_plan(16, 1, two, 132));
     EXPECT_EQ(k.kernel, K::kFp8Narrow);
-    EXPECT_EQ(detail::kernel_choice_params(*host_plan(16, 1, two, 132), true).part_log2, 5);
-    EXPECT_EQ(detail::kernel_choice_params(*host_plan(16, 1, two, 132), false).part_log2, 6);
-    EXPECT_EQ(detail::kernel_choice_params(*host_plan(16, 4, two, 132), true).part_log2, 6);
   }
   EXPECT_EQ(chosen(*host_plan(16, 4, two, 132)).kernel, K::kFp8Split);
   EXPECT_EQ(chosen(*host_plan(16, 4, two, 132)).pv_rows, 64);
@@ -490,7 +480,7 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   const std::vector<int32_t> many = {300, 900, 64, 2000, 5, 700, 1200};
   const CacheShape bf16{64, 576, KvDtype::kBFloat16}, block{64, 576, KvDtype::kFp8E4m3PerBlock};
   auto path = [](const std::unique_ptr<DevicePlan::Impl>& plan, QDtype q = QDtype::kBFloat16) {
-    return detail::describe_decode(*plan, true, q);
+    return detail::describe_decode(*plan, q);
   };
   // Q paths: the caller's, the split-role kernel's staged Q, the consumers', the quantiser.
   using detail::QPath;
@@ -553,7 +543,7 @@ TEST(DecodePath, QAndPOperandsAndTheCombine) {
   const DecodePath t = path(host_plan(16, 1, two, 132));
   EXPECT_TRUE(t.fp8_products);
   EXPECT_EQ(t.cta_rows, 16);
-  EXPECT_NE(t.kv_loader.find("parts of 32 tokens"), std::string::npos) << t.kv_loader;
+  EXPECT_NE(t.kv_loader.find("parts of 64 tokens"), std::string::npos) << t.kv_loader;
   EXPECT_NE(t.q_operand.find("quantised by the decode's consumers"), std::string::npos) << t.q_operand;
   EXPECT_TRUE(path(host_plan(16, 4, two, 132, Policy::kWorkList, 1, block)).fp8_products);
   // The per-block split kernel scales V by the group factors and has one P tile; the

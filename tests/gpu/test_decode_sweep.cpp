@@ -203,8 +203,8 @@ std::vector<GpuCase> sweep_cases() {
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 7, 0, true, seed++});
   cases.push_back({16, 4, {5000, 3, 900}, Policy::kWorkList, 1, 0, true, seed++});
   cases.push_back({12, 4, {2, 300, 77}, Policy::kWorkList, 0, 0, false, seed++});
-  // Per-tensor fp8 tiles of at most 16 rows over pages of 128 and 256 tokens: loaded in
-  // 32-token parts (KvCache::half_part_tensor_map), each part's index inside its page;
+  // Per-tensor fp8 tiles of at most 16 rows over pages of 128 and 256 tokens (loaded in
+  // 64-token parts, each part's index inside its page; 32-token parts before v62);
   // seqlens ending inside a part and at part edges, splits that start mid-page (a CTA
   // budget), and a static policy. (Appended: the cases above keep their names and seeds.)
   {

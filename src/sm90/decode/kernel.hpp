@@ -73,13 +73,12 @@ void launch_clustered(void (*kernel)(QMaps, KvMaps, DecodeParams), uint32_t smem
 void launch_decode_bf16(const QMaps& q_maps, const CUtensorMap& kv_map, const DecodeParams& p, dim3 grid,
                         cudaStream_t stream, KernelMode mode = KernelMode::kFull);
 
-// Whether a second producer warp loads the odd parts of each block (producer.cuh,
-// run_kv_loader's kTwoLoaders): blocks of 4 or more parts by TMA (pages of 8 and 16
+// Whether a second producer warp loads the odd pages of each block (producer.cuh,
+// run_kv_loader's kTwoLoaders): blocks of 4 or more pages by TMA (pages of 8 and 16
 // tokens), one CTA per tile. A kernel instantiation of its own, so that the other page
-// sizes run the one-loader kernel unchanged. part_log2: p.part_log2 for the per-tensor fp8
-// kernel, p.page_log2 for the bf16 and per-block kernels (whose parts are at most 64 tokens).
-inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
-  return part_log2 <= 4 && !p.gather_rows && p.cluster_size == 1;
+// sizes run the one-loader kernel unchanged.
+inline bool two_loader_warps(const DecodeParams& p) {
+  return p.page_log2 <= 4 && !p.gather_rows && p.cluster_size == 1;
 }
 
 // Whether a bf16 request runs the narrow consumers (consumer_narrow.cuh: S^T and O^T with
@@ -90,7 +89,7 @@ inline bool two_loader_warps(const DecodeParams& p, int part_log2) {
 bool bf16_narrow_enabled();
 inline bool bf16_narrow_tile(const DecodeParams& p) {
   return p.rows <= kBf16NarrowRows && p.cluster_size == 1 && p.d_qk == kDqk && !p.gather_rows &&
-         !two_loader_warps(p, p.page_log2) && bf16_narrow_enabled();
+         !two_loader_warps(p) && bf16_narrow_enabled();
 }
 
 // Tiles of at most this many query rows (one CTA) take the fp8 kernels' narrow
@@ -107,7 +106,7 @@ inline bool fp8_narrow(int rows, int cluster_size) { return rows <= kFp8NarrowRo
 // Clusters: bench/NOTES.md v39.
 inline bool fp8_split_roles(const DecodeParams& p) {
   const bool one_cta = p.cluster_size == 1 && p.rows > kFp8NarrowRows && p.rows <= 64;
-  return (one_cta || p.cluster_size == 2) && !p.gather_rows && !(p.d_qk == 512 && two_loader_warps(p, p.part_log2));
+  return (one_cta || p.cluster_size == 2) && !p.gather_rows && !(p.d_qk == 512 && two_loader_warps(p));
 }
 // The split-role kernels' P V rows N for a tile of `rows` rows (one tile per request): 64,
 // or 48 / 32 for tiles of at most that many (Kimi K3's 12 heads x q_len 4; 16 x 2, 8 x 4),

@@ -23,7 +23,7 @@ KernelChoice choose_bf16_kernel(const DecodeParams& p, KernelMode mode) {
   // (The spike modes keep the one-loader 64-row consumers: bench --spike of a tile of at
   // most 16 rows measures those.)
   if (mode != KernelMode::kFull) return k;
-  if (two_loader_warps(p, p.page_log2)) {
+  if (two_loader_warps(p)) {
     k.two_loader_warps = true;
   } else if (bf16_narrow_tile(p)) {
     k.kernel = DecodeKernel::kBf16Narrow;
@@ -41,7 +41,7 @@ KernelChoice choose_fp8_kernel(const DecodeParams& p) {
     // d_qk 512 keeps P V over 64 rows and one loader warp (kernel_fp8_split.cu says why).
     if (p.d_qk == kDqk) {
       k.pv_rows = with_split_pv_acc(split_cta_rows(p), [](auto acc) { return 2 * acc(); });
-      k.two_loader_warps = two_loader_warps(p, p.part_log2);
+      k.two_loader_warps = two_loader_warps(p);
     }
     return k;
   }
@@ -49,7 +49,7 @@ KernelChoice choose_fp8_kernel(const DecodeParams& p) {
   // Two loader warps for pages of 8 and 16 tokens, d_qk 576 only, to keep the
   // instantiations few: d_qk 512 loads them with one warp (not measured there; d_qk 576's
   // page 16 gained 9-10 %, bench/NOTES.md v31).
-  k.two_loader_warps = p.d_qk == kDqk && two_loader_warps(p, p.part_log2);
+  k.two_loader_warps = p.d_qk == kDqk && two_loader_warps(p);
   k.cluster_copies = p.d_qk == kDqk && !k.two_loader_warps && k.kernel == DecodeKernel::kFp8Alternating &&
                      p.cluster_size > 1;
   return k;
@@ -59,7 +59,7 @@ KernelChoice choose_fp8_block_kernel(const DecodeParams& p) {
   require(p.d_qk == kDqk, "decode (fp8 per-block): d_qk (", p.d_qk, ") must be ", kDqk);
   KernelChoice k;
   k.gather_rows = p.gather_rows;
-  k.two_loader_warps = two_loader_warps(p, p.page_log2);
+  k.two_loader_warps = two_loader_warps(p);
   if (fp8_block_split_kernel_wanted(p)) {
     k.kernel = DecodeKernel::kFp8BlockSplit;
     k.pv_rows = with_split_pv_acc(split_cta_rows(p), [](auto acc) { return 2 * acc(); });

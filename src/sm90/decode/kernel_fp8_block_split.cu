@@ -95,7 +95,7 @@ void launch_decode_fp8_block_split(const QMaps& q_maps, const KvBlockMaps& kv_ma
                                    cudaStream_t stream, bool after_quantiser) {
   // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
   with_split_pv_acc(split_cta_rows(p), [&](auto acc) {
-    if (two_loader_warps(p, p.page_log2)) {
+    if (two_loader_warps(p)) {
       return launch_block_split<true, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
     }
     launch_block_split<false, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);

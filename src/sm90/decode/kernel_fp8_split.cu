@@ -140,7 +140,7 @@ void launch_decode_fp8_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, cons
   }
   // P V over the tile's rows (kernel.hpp, with_split_pv_acc), with one or two loader warps.
   with_split_pv_acc(split_cta_rows(p), [&](auto acc) {
-    if (two_loader_warps(p, p.part_log2)) {
+    if (two_loader_warps(p)) {
       return launch_split<kQkBoxes, true, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);
     }
     launch_split<kQkBoxes, false, acc()>(q_maps, kv_maps, p, grid, stream, after_quantiser);

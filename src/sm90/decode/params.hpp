@@ -30,7 +30,6 @@ struct DecodeParams {
   int cluster_size;
   int page_size;
   int page_log2;       // log2(page_size): the loader's shifts
-  int part_log2;       // log2 of the cache map's box rows: min(page_log2, 6), or 5 (fp8 narrow tiles)
   bool gather_rows;    // page_size < kGatherBelowPage: cp.async row gather instead of TMA
   const uint8_t* kv_cache;  // the cache itself, for the row gather
   // fp8 cache only (device): the cache's per-tensor scale, and Q's scales: row r reads

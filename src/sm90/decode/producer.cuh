@@ -67,12 +67,9 @@ __device__ __forceinline__ const CUtensorMap* data_map(const KvFp8Maps* m) { ret
 //  - pages of 64 or more tokens: the cache is viewed as 64-token parts ("virtual pages",
 //    entry * (page_size / 64) + block % (page_size / 64)); lane 0 issues one box per 64
 //    columns;
-//  - smaller parts (p.part_log2 < 6: pages below 64 tokens, whose parts are the pages, or
-//    the per-tensor fp8 cache's 32-token parts of larger pages for tiles of at most 16
-//    rows, KvCache::half_part_tensor_map): a block spans 64 >> part_log2 parts; lane k
-//    loads part k (and k + 32 for pages of one token) as boxes of 2^part_log2 rows at row
-//    k << part_log2 of the stage, part k of page e being e << (page_log2 - part_log2) + its
-//    index in the page. The swizzle (128-byte; 64-byte for the per-tensor e4m3 rope box) is a function of the
+//  - smaller pages (page_log2 < 6): a block spans 64 >> page_log2 pages; lane k loads
+//    page k (and k + 32 for pages of one token) as boxes of 2^page_log2 rows at row
+//    k << page_log2 of the stage. The swizzle (128-byte; 64-byte for the per-tensor e4m3 rope box) is a function of the
 //    shared-memory address, so row r of each box lands where the wgmma descriptors expect
 //    it (TMA needs 128-byte aligned destinations: one-token e4m3 pages are gathered). Pages past the request's last
 //    token are not loaded (their block-table entries need not be valid); the barrier
@@ -99,16 +96,13 @@ struct PagedKvLoader {
   const typename Smem::Maps* maps;
   const DecodeParams& p;
 
-  // Parts below a block (see above). Only the per-tensor fp8 kernel has parts other than
-  // pages: for the others the part arithmetic is compiled out (with it the per-block
-  // kernels spilled 0 -> 4 and 288 -> 304 bytes, and its lognormal_H16_Sq1 ran 207-223 us
-  // in that build's runs against 200-202 elsewhere in the session).
-  static constexpr bool kPartsOfPages = std::is_base_of_v<Fp8Smem, Smem>;
-  __device__ __forceinline__ int part_log2() const { return kPartsOfPages ? p.part_log2 : p.page_log2; }
-  __device__ __forceinline__ bool small_pages() const { return part_log2() < 6; }
-  // The first token (within the request) of the part that `lane` loads for `block`.
+  // Only the per-tensor fp8 kernel warms the address translation (warm_translation).
+  static constexpr bool kWarmsTranslation = std::is_base_of_v<Fp8Smem, Smem>;
+  __device__ __forceinline__ bool small_pages() const { return p.page_log2 < 6; }
+  // The first token (within the request) of the page (or 64-token part) that `lane` loads
+  // for `block`.
   __device__ __forceinline__ int part_first_token(int block, int lane) const {
-    return (block << 6) + (lane << part_log2());
+    return (block << 6) + (small_pages() ? lane << p.page_log2 : 0);
   }
 
   // The second KV loader warp of the two-loader kernel instantiations (kernel.hpp,
@@ -116,27 +110,24 @@ struct PagedKvLoader {
   static constexpr int kHelperWarp = 3;
 
   // Block-table entries of the block's pages (pages of the block that lie past the
-  // request's last token included: only pages_of() of them are used); the gather's and
-  // one-token pages' view, where parts are pages.
+  // request's last token included: only pages_of() of them are used).
   __device__ __forceinline__ const int32_t* entries(int batch, int block) const {
     const int index = small_pages() ? block << (6 - p.page_log2) : block >> (p.page_log2 - 6);
     return p.block_table + int64_t{batch} * p.max_pages + index;
   }
 
-  // Parts (small parts) the block needs: those holding its tokens below seqlen (a block
-  // the loader sees has at least one).
+  // Small pages the block needs: those holding its tokens below seqlen (a block the
+  // loader sees has at least one).
   __device__ __forceinline__ int pages_of(int block, int seqlen) const {
     const int tokens = min(kBlockTokens, seqlen - block * kBlockTokens);
-    return ((tokens - 1) >> part_log2()) + 1;
+    return ((tokens - 1) >> p.page_log2) + 1;
   }
 
   // This lane's entry, read before the stage wait so that its latency (an L2 round trip)
   // overlaps the consumers' use of the stage instead of delaying the refill.
   __device__ __forceinline__ int32_t lane_entry(int batch, int block, int seqlen, int lane) const {
     if (!small_pages()) return lane == 0 ? *entries(batch, block) : 0;
-    if constexpr (!kPartsOfPages) return lane < pages_of(block, seqlen) ? entries(batch, block)[lane] : 0;
-    const int token0 = part_first_token(block, lane);
-    return lane < pages_of(block, seqlen) ? p.block_table[int64_t{batch} * p.max_pages + (token0 >> p.page_log2)] : 0;
+    return lane < pages_of(block, seqlen) ? entries(batch, block)[lane] : 0;
   }
 
   // The per-tensor fp8 kernel, pages of 32 tokens or more: each lane touches the start of
@@ -178,7 +169,7 @@ struct PagedKvLoader {
     if (!small_pages()) return kRowBytes * kBlockTokens;
     const int pages = pages_of(block, seqlen);
     const int parts = two_loader_role < 0 ? pages : (pages + 1 - two_loader_role) >> 1;
-    return kRowBytes * uint32_t(parts << part_log2());
+    return kRowBytes * uint32_t(parts << p.page_log2);
   }
 
   // Box j (kBoxes above) of the row group (a 64-token part or one small page) whose first
@@ -246,13 +237,7 @@ struct PagedKvLoader {
       const int pages = pages_of(block, seqlen);
       if (lane < pages && mine) {
         errors = checked(entry);
-        int32_t part = entry;
-        if constexpr (kPartsOfPages) {
-          const int token0 = part_first_token(block, lane);
-          const int sub = p.page_log2 - part_log2();  // parts per page, log2
-          part = (entry << sub) + ((token0 >> part_log2()) & ((1 << sub) - 1));
-        }
-        issue_rows(part, bar, stage, lane << part_log2(), cluster_size, rank);
+        issue_rows(entry, bar, stage, lane << p.page_log2, cluster_size, rank);
       }
       if (lane + 32 < pages && mine) {  // pages of one token: 64 per block
         int32_t page = entries(batch, block)[lane + 32];
@@ -448,7 +433,7 @@ __device__ __forceinline__ void run_kv_loader(const DecodeParams& p, const Paged
       }
       const int stage = block_count % kStages;
       const int32_t entry = mine ? kv.lane_entry(it.batch, blk, it.seqlen, lane) : 0;
-      if constexpr (!kGatherRows && PagedKvLoader<QkBoxes, Smem>::kPartsOfPages) {
+      if constexpr (!kGatherRows && PagedKvLoader<QkBoxes, Smem>::kWarmsTranslation) {
         kv.warm_translation(entry, blk, it.seqlen, lane, mine);
       }
       Mbarrier::wait(empty + stage, ((block_count / kStages) & 1) ^ 1);
