@@ -69,7 +69,51 @@ def test_several_runs_give_each_bar_its_median_and_best_run():
     assert text[-1] == "33 of 55 bars hold on the median of 2 runs, 34 on the best run (eager figures)"
 
 
+def test_several_runs_hold_the_same_bars_when_a_bf16_time_crosses_150_us():
+    import copy
+    first = [acceptance.load(p) for p in RESULTS]
+    second = copy.deepcopy(first)
+    name = "uniform_B128_Sq1_H16_L4096"
+    long_us = [r for r in first[0]["results"] if r["case"] == name][0]["median_us"]
+    assert long_us > acceptance.LONG_US
+    for r in second[0]["results"]:
+        if r["case"] == name:
+            r["median_us"] = 140.0
+    public = acceptance.public_cases(os.path.join(BENCH, "cases.json"))
+    # Alone, each run gets its own bar for the case ...
+    assert any(e[1] == f"fp8 per-tensor {name} % of copy" for e in acceptance.evaluate(*first, public).lines)
+    assert any(e[1] == f"fp8 per-tensor {name} time / bf16" for e in acceptance.evaluate(*second, public).lines)
+    # ... together, both the bar of the median bf16 time (here the mean of the two).
+    bf16_us = acceptance.median_bf16_times([first[0], second[0]], public)
+    assert bf16_us[name] == pytest.approx(0.5 * (long_us + 140.0))
+    reports = [acceptance.evaluate(*run, public, bf16_us) for run in (first, second)]
+    assert [e[1] for e in reports[0].lines] == [e[1] for e in reports[1].lines]
+    want = "% of copy" if bf16_us[name] > acceptance.LONG_US else "time / bf16"
+    assert any(e[1] == f"fp8 per-tensor {name} {want}" for e in reports[0].lines)
+    assert acceptance.summarize(reports, public).endswith("(eager figures)")
+
+
 def test_several_runs_need_whole_trios():
     out = subprocess.run([sys.executable, os.path.join(BENCH, "acceptance.py")] + RESULTS + RESULTS[:2],
                          capture_output=True, text=True)
     assert out.returncode != 0 and "5 files given; each run needs three" in out.stderr
+
+
+def test_readme_table_takes_each_cell_as_the_median_of_the_runs():
+    import readme_table
+    runs = [acceptance.load(p) for p in RESULTS]
+    faster = [acceptance.load(p) for p in RESULTS]
+    for r in faster[0]["results"]:
+        r["median_us"] *= 0.5
+    cases = acceptance.load(os.path.join(BENCH, "cases.json"))["cases"]
+
+    def b1(trios):
+        line = [t for t in readme_table.rows(trios, cases) if t.startswith("| uniform_B1_Sq1_H16_L131072 |")][0]
+        return line.split(" | ")
+
+    one = readme_table.rows([runs], cases)
+    assert not any(line.startswith("| fp8") for line in one)  # the dtype copies repeat rows
+    assert b1([runs])[1] == "55.6" and b1([runs])[7] == "0.64"  # 55.552 us; 35.712 / 55.552
+    # Two of three runs unchanged: every cell is theirs; two halved bf16 runs: theirs.
+    assert readme_table.rows([runs, faster, runs], cases) == one
+    assert b1([faster, runs, faster])[1] == "27.8" and b1([faster, runs, faster])[7] == "1.29"
