@@ -187,20 +187,27 @@ def summarize(reports, public):
 DTYPES = ("bf16", "fp8_e4m3", "fp8_e4m3_block")
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_runs(argv, description, prog):
+    """The command line both tools take: per run its three suites, in DTYPES order, and
+    --cases. Returns (the parsed arguments, the loaded runs); exits naming a misplaced file."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("files", nargs="+", help="per run: its bf16, fp8_e4m3 and fp8_e4m3_block suites, in that order")
     ap.add_argument("--cases", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json"))
     a = ap.parse_args(argv)
     if len(a.files) % 3 != 0:
-        sys.exit(f"acceptance: {len(a.files)} files given; each run needs three (bf16, fp8_e4m3, fp8_e4m3_block)")
+        sys.exit(f"{prog}: {len(a.files)} files given; each run needs three (bf16, fp8_e4m3, fp8_e4m3_block)")
     runs = [load(p) for p in a.files]
     for i, (run, path) in enumerate(zip(runs, a.files)):
         want = DTYPES[i % 3]
         got = {r.get("kv_dtype") for r in run["results"]}
         if got != {want}:
-            sys.exit(f"acceptance: expected a {want} suite as file {i + 1} ({path}), "
+            sys.exit(f"{prog}: expected a {want} suite as file {i + 1} ({path}), "
                      f"the file has kv_dtype {sorted(map(str, got))}")
+    return a, runs
+
+
+def main(argv=None):
+    a, runs = parse_runs(argv, __doc__.split("\n")[0], "acceptance")
     public = public_cases(a.cases)
     bf16_us = median_bf16_times(runs[0::3], public)
     reports = []

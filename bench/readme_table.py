@@ -12,12 +12,11 @@ shows a dash. Cases that name their own kv_dtype (the fp8_* / fp8block_* copies 
 cases, so that `--case all` without --kv-dtype covers the fp8 formats) are left out: every
 suite runs them in its own dtype, so they repeat a row.
 """
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from acceptance import DTYPES, by_case, graph_pct, load, median  # noqa: E402
+from acceptance import by_case, graph_pct, load, median, parse_runs  # noqa: E402
 
 HEADER = ("| case | bf16 µs | bf16 % of copy (graph) | bf16 TFLOP/s | best public kernel % | "
           "fp8 per-tensor µs | % of copy | × bf16 time | fp8 per-block µs | % of copy |")
@@ -61,18 +60,7 @@ def rows(trios, cases):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("files", nargs="+", help="per run: its bf16, fp8_e4m3 and fp8_e4m3_block suites, in that order")
-    ap.add_argument("--cases", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "cases.json"))
-    a = ap.parse_args(argv)
-    if len(a.files) % 3 != 0:
-        sys.exit(f"readme_table: {len(a.files)} files given; each run needs three (bf16, fp8_e4m3, fp8_e4m3_block)")
-    runs = [load(p) for p in a.files]
-    for i, (run, path) in enumerate(zip(runs, a.files)):
-        got = {r.get("kv_dtype") for r in run["results"]}
-        if got != {DTYPES[i % 3]}:
-            sys.exit(f"readme_table: expected a {DTYPES[i % 3]} suite as file {i + 1} ({path}), "
-                     f"the file has kv_dtype {sorted(map(str, got))}")
+    a, runs = parse_runs(argv, __doc__.split("\n")[0], "readme_table")
     trios = [runs[k:k + 3] for k in range(0, len(runs), 3)]
     print(HEADER)
     print(ALIGN)
