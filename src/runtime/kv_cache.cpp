@@ -59,8 +59,8 @@ KvCache::KvCache(const void* data, int64_t num_pages, int page_size, int d_qk, K
     // operations and L2 requests of 64-byte boxes), the rope columns (d_qk 576) in one box
     // of 64 (64-byte swizzle); config_fp8.hpp.
     // One box form for every tile: v30's 32-row boxes for the narrow tiles (faster under
-    // 256-byte L2 promotion) lost 0.5-5 % to these 64-row ones under 128-byte promotion
-    // (bench/NOTES.md v62).
+    // 256-byte L2 promotion) measured level or slower than these 64-row ones under 128-byte
+    // promotion (B64_L32768 1.7-3.0 % slower on three H200s, the rest within +-2 %; bench/NOTES.md v62).
     const cuuint32_t latent_box[3] = {sm90::fp8::kLatentBoxRowBytes, cuuint32_t(rows), 1};
     detail::encode_tiled(reinterpret_cast<CUtensorMap*>(tensor_map_), CU_TENSOR_MAP_DATA_TYPE_UINT8,
                          CU_TENSOR_MAP_SWIZZLE_128B, data, 3, dims, strides, latent_box, "the KV cache (fp8 latent)");
