@@ -62,6 +62,37 @@ __device__ __forceinline__ void init_barriers(uint64_t* bars, int n) {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+// Stage s's barrier armed for `bytes` (the loads below complete it).
+__device__ __forceinline__ unsigned arm_barrier(uint64_t* bars, int s, int bytes) {
+  const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+  return b;
+}
+__device__ __forceinline__ void bulk_copy(unsigned dst, const void* src, int bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const CUtensorMap* map, int x, int y, int z, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
+          dst),
+      "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar)
+      : "memory");
+}
+
+// Page i of this CTA drawn at random over total_pages (the same pages for every form).
+__device__ __forceinline__ int random_page(int i, int total_pages) {
+  unsigned h = (blockIdx.x * 2654435761u) ^ (unsigned(i) * 40503u + 0x9e3779b9u);
+  h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+  return int(h % unsigned(total_pages));
+}
+
+// The dynamic shared memory rounded up to 1024 bytes (the 128-byte swizzle's alignment).
+__device__ __forceinline__ uint8_t* aligned_1024(uint8_t* smem_raw) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+}
+
 // The one-thread ring every probe runs: `issue(i)` fills stage i % stages and arms its barrier;
 // `total` loads with `stages` in flight; the start and end times go to rec[1], rec[2].
 template <class Issue>
@@ -103,14 +134,10 @@ __global__ void stream_probe(const uint8_t* buf, size_t region, int passes, int 
   const long total = chunks_per_pass * passes;
   auto issue = [&](long i) {
     const int s = int(i % stages);
-    const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
     const unsigned dst = unsigned(__cvta_generic_to_shared(smem + size_t(s) * kChunk));
     const uint8_t* src = placement == 2 ? buf + (size_t(i % chunks_per_pass) * gridDim.x + blockIdx.x) * kChunk
                                         : base + size_t(i % chunks_per_pass) * kChunk;
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(kChunk) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(kChunk), "r"(b)
-                 : "memory");
+    bulk_copy(dst, src, kChunk, arm_barrier(bars, s, kChunk));
   };
   run_ring(total, stages, bars, issue, rec + 3 * blockIdx.x);
 }
@@ -131,43 +158,25 @@ __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __g
                            int total_pages, int form, int random_pages, unsigned long long* rec) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t bars[kPageStages];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = aligned_1024(smem_raw);
   if (threadIdx.x != 0) return;
   rec[3 * blockIdx.x] = smid();
   init_barriers(bars, kPageStages);
-  auto page_of = [&](int i) -> int {
-    if (!random_pages) return blockIdx.x * pages_per_cta + i;
-    unsigned h = (blockIdx.x * 2654435761u) ^ (unsigned(i) * 40503u + 0x9e3779b9u);
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    return int(h % unsigned(total_pages));
-  };
   auto issue = [&](int i) {
     const int s = i % kPageStages;
-    const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
     const unsigned dst = unsigned(__cvta_generic_to_shared(smem + size_t(s) * kPageBytes));
-    const int page = page_of(i);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(kPageBytes) : "memory");
+    const int page = random_pages ? random_page(i, total_pages) : blockIdx.x * pages_per_cta + i;
+    const unsigned b = arm_barrier(bars, s, kPageBytes);
     if (form == 3) {
-      for (int row = 0; row < 64; ++row)
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                         dst + row * 576),
-                     "l"(buf + size_t(page) * kPageBytes + row * 576), "r"(576), "r"(b)
-                     : "memory");
+      for (int row = 0; row < 64; ++row) bulk_copy(dst + row * 576, buf + size_t(page) * kPageBytes + row * 576, 576, b);
       return;
     }
     if (form == 2) {
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                   "l"(buf + size_t(page) * kPageBytes), "r"(kPageBytes), "r"(b)
-                   : "memory");
+      bulk_copy(dst, buf + size_t(page) * kPageBytes, kPageBytes, b);
       return;
     }
     if (form == 0) {
-      for (int c = 0; c < 4; ++c)
-        asm volatile(
-            "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-                dst + c * 8192),
-            "l"(&latent), "r"(c * 128), "r"(0), "r"(page), "r"(b)
-            : "memory");
+      for (int c = 0; c < 4; ++c) tma_load_3d(dst + c * 8192, &latent, c * 128, 0, page, b);
     } else {
       asm volatile(
           "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(
@@ -175,11 +184,7 @@ __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __g
           "l"(&latent4), "r"(0), "r"(0), "r"(0), "r"(page), "r"(b)
           : "memory");
     }
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-            dst + 32768),
-        "l"(&rope), "r"(512), "r"(0), "r"(page), "r"(b)
-        : "memory");
+    tma_load_3d(dst + 32768, &rope, 512, 0, page, b);
   };
   run_ring(pages_per_cta, kPageStages, bars, issue, rec + 3 * blockIdx.x);
 }
@@ -193,7 +198,7 @@ __global__ void box_probe(const __grid_constant__ CUtensorMap latent, const __gr
                           int total_pages, unsigned long long* rec) {
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t bars[kMaxStages];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = aligned_1024(smem_raw);
   if (threadIdx.x != 0) return;
   rec[3 * blockIdx.x] = smid();
   init_barriers(bars, stages);
@@ -201,25 +206,13 @@ __global__ void box_probe(const __grid_constant__ CUtensorMap latent, const __gr
   const int parts = 64 / box_rows;
   auto issue = [&](int i) {
     const int s = i % stages;
-    const unsigned b = unsigned(__cvta_generic_to_shared(&bars[s]));
     unsigned dst = unsigned(__cvta_generic_to_shared(smem + size_t(s) * page_bytes));
-    unsigned h = (blockIdx.x * 2654435761u) ^ (unsigned(i) * 40503u + 0x9e3779b9u);
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
-    const int page = int(h % unsigned(total_pages));
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(page_bytes) : "memory");
+    const int page = random_page(i, total_pages);
+    const unsigned b = arm_barrier(bars, s, page_bytes);
     for (int part = 0; part < parts; ++part) {
-      for (int c = 0; c < latent_boxes; ++c, dst += 128 * box_rows)
-        asm volatile(
-            "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-                dst),
-            "l"(&latent), "r"(c * 128), "r"(0), "r"(page * parts + part), "r"(b)
-            : "memory");
+      for (int c = 0; c < latent_boxes; ++c, dst += 128 * box_rows) tma_load_3d(dst, &latent, c * 128, 0, page * parts + part, b);
       if (has_rope) {
-        asm volatile(
-            "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(
-                dst),
-            "l"(&rope), "r"(512), "r"(0), "r"(page * parts + part), "r"(b)
-            : "memory");
+        tma_load_3d(dst, &rope, 512, 0, page * parts + part, b);
         dst += 64 * box_rows;
       }
     }
