@@ -39,17 +39,12 @@ constexpr int kSplitItemPhases = KBMLA_SPLIT_ITEM_PHASES;
 // Four KV stages, not the alternating kernel's five (measured level, bench/NOTES.md v34):
 // the fifth one's 36 KiB hold the bf16 Q staging buffer (q_staged_fp8.cuh).
 // (-DKBMLA_SPLIT_STAGES=3, a probe build: 0.2-3.9 % slower on the 64-row cases, bench/NOTES.md v57.)
+// (Five, in the staging buffer's room, against four without that buffer: 0.2-4.1 % slower on
+// the 64-row cases, bench/NOTES.md v63.)
 #ifndef KBMLA_SPLIT_STAGES
 #define KBMLA_SPLIT_STAGES 4
 #endif
 constexpr int kSplitStages = KBMLA_SPLIT_STAGES;
-// -DKBMLA_SPLIT_Q_STAGING=0 (a probe build with -DKBMLA_SPLIT_STAGES=5, bench/NOTES.md v62):
-// no bf16 Q staging buffer, its 36 KiB for a fifth stage; such a build takes only the
-// quantiser's Q (KBMLA_Q_INLINE=never) and refuses a staged Q at its launch.
-#ifndef KBMLA_SPLIT_Q_STAGING
-#define KBMLA_SPLIT_Q_STAGING 1
-#endif
-constexpr bool kSplitQStaging = KBMLA_SPLIT_Q_STAGING != 0;
 // kBarSplitSoftmaxQ (named_barriers.hpp): the softmax warpgroup's four warps wrote the
 // item's quantised Q.
 constexpr int kSplitProducerRegs = 48;
@@ -140,7 +135,7 @@ struct SplitSmemLayout : SmemLayoutOf<kSplitStages> {
   // for the 128-byte swizzle; staging_full (the Q loader's transaction count) and
   // staging_empty (the softmax warpgroup's 128 arrivals) after it.
   static constexpr uint32_t q_staging = (Base::end + 1023) / 1024 * 1024;
-  static constexpr uint32_t staging_barriers = q_staging + (kSplitQStaging ? kQkBoxes * kStagingBoxBytes : 0);
+  static constexpr uint32_t staging_barriers = q_staging + kQkBoxes * kStagingBoxBytes;
   static constexpr uint32_t split_barriers = staging_barriers + 16;
   // q_issued[2] (q_staged_fp8.cuh, run_q_stager): the Q loader's arrival once an item's
   // last staged part is issued, by item parity; the KV loader waits for it before the

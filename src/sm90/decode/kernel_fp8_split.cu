@@ -121,8 +121,6 @@ template <int QkBoxes, bool kTwoLoaders = false, int kPvAcc = 32>
 void launch_split(const QMaps& q_maps, const KvFp8Maps& kv_maps, const DecodeParams& p, dim3 grid,
                   cudaStream_t stream, bool after_quantiser) {
   constexpr auto kernel = fp8::mla_decode_fp8_split_kernel<QkBoxes, kTwoLoaders, kPvAcc>;
-  require(fp8::kSplitQStaging || !p.q_staged, "decode (fp8 split): this build (-DKBMLA_SPLIT_Q_STAGING=0) has no Q "
-          "staging buffer; run it with KBMLA_Q_INLINE=never");
   const cudaError_t attr_err = reserve_dynamic_smem<kernel>(int(fp8::SplitSmemLayout::alloc));
   launch_clustered(kernel, fp8::SplitSmemLayout::alloc, attr_err, q_maps, kv_maps, p, grid, stream, "decode (fp8 split)",
                    /*programmatic=*/after_quantiser, fp8::kSplitThreads);
