@@ -81,7 +81,8 @@ KBMLA_HD CostModel sm90_cost_model_by_rows(int rows, RowClassCosts narrow, RowCl
 // cases level. For tiles of at most 16 rows the fit (bf16 2.26 / 1.7, fp8 1.11 / 4.8,
 // per-block 1.34 / 4.4) changed no measured time, and bf16 above 64 rows (2-CTA clusters)
 // fitted poorly (rms 17 us; 1.94 us per item measured no better on the 96-head Kimi case):
-// both keep the older values (2400 / 3000). The fp8 clusters: below.
+// both kept the older values (2400 / 3000; the fp8 narrow item is 5000 since v63, below).
+// The fp8 clusters: below.
 // bf16 tiles of at most 16 rows since the narrow consumers (v41, bench/NOTES.md): an item
 // at 6000 ns. Their blocks run at the loads' pace, so an item's fixed part (lead-in, Q,
 // first stage, output) weighs more; two alternated rounds of per_item 3000 / 6000 / 10000:
@@ -103,11 +104,19 @@ KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
 // per_split at 32 ns per row (bf16 partials) against 64: three alternated rounds on six
 // split 64-row cases, -0.5..-1.6 % each but skew_Sq4 (level), e.g. kimi_lognormal_B64_Sq4_H12
 // 73.2 / 74.7 -> 72.0 / 72.9 us (bench/NOTES.md v36).
+// Tiles of at most 16 rows: an item at 5000 ns, not 3000 (v63). A least-squares fit of
+// 1,926 CTAs' busy times (three runs of five page-64 cases, the kernels of v62) gave 1.06 us
+// a block and 5.3 an item: at 3000 the multi-item slots were the late ones (skew_Sq1's
+// slots of two short requests 43.3 us against 39.6 for a long piece; busy max/mean
+// 1.10-1.14). Four alternated rounds, 3000 / 4000 / 5000: skew_Sq1 53.7 / 51.9 / 52.6 us,
+// lognormal_H16_Sq1 172.7 / 172.2 / 169.3, its d_qk 512 form 156.4 / 155.3 / 153.1;
+// B64_L32768 and pages 16 / 32 within 0.4 %. (v60: 1500 and 750 were slower on the
+// lognormal batches.) The per-block tiles of at most 16 rows measured level at 4000 / 5000.
 KBMLA_HD CostModel sm90_fp8_cost_model(int rows) {
-  return sm90_cost_model_by_rows(rows, {1000, 3000}, {1400, 8300}, {1220, 8250}, 32);
+  return sm90_cost_model_by_rows(rows, {1000, 5000}, {1400, 8300}, {1220, 8250}, 32);
 }
 
-// The fp8 kernel with per-block scales: as the per-tensor one up to 16 rows; its 17..64-row
+// The fp8 kernel with per-block scales: 1000 / 3000 up to 16 rows; its 17..64-row
 // tiles stream at about the bf16 rate per block (their consumers limit, bench/NOTES.md).
 // Its clusters (above 64 rows): 2.12 / 9.09 fitted; kimi_lognormal_B32_Sq4_H96 784.3 /
 // 785.4 / 787.3 -> 764.4 / 768.5 / 766.5 us.

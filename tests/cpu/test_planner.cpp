@@ -207,7 +207,7 @@ TEST(Planner, DefaultCostModelsByDtypeAndRows) {
   expect_model(KvDtype::kBFloat16, 16, 4, 2350, 8400, 1000 + 64 * 64);
   expect_model(KvDtype::kBFloat16, 96, 4, 2400, 3000, 1000 + 64 * 64);  // clusters: not refitted
   // The fp8 caches' partials are bf16: half the bytes per row.
-  expect_model(KvDtype::kFp8E4m3, 16, 1, 1000, 3000, 1000 + 32 * 16);
+  expect_model(KvDtype::kFp8E4m3, 16, 1, 1000, 5000, 1000 + 32 * 16);
   expect_model(KvDtype::kFp8E4m3, 12, 4, 1400, 8300, 1000 + 32 * 48);
   expect_model(KvDtype::kFp8E4m3, 128, 1, 1220, 8250, 1000 + 32 * 64);
   expect_model(KvDtype::kFp8E4m3PerBlock, 8, 2, 1000, 3000, 1000 + 32 * 16);
