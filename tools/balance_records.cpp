@@ -31,6 +31,7 @@ BalanceSummary summarize_balance(const std::vector<unsigned long long>& rec, int
     if (rec[4 * c + 3] == 0) continue;  // a CTA without items
     s.intervals.push_back(
         {double(rec[4 * c] - first) / 1e3, double(rec[4 * c + 1] - first) / 1e3, double(rec[4 * c + 2])});
+    s.interval_cta.push_back(c);
     const double busy = double(rec[4 * c + 1] - rec[4 * c]) / 1e3;
     sum += busy;
     mx = std::max(mx, busy);

@@ -11,6 +11,7 @@ namespace kbmla::tools {
 struct BalanceSummary {
   // Per CTA with items: {start, end, SM}, us from the first such CTA's start.
   std::vector<std::array<double, 3>> intervals;
+  std::vector<int> interval_cta;  // each interval's CTA (its linear block index)
   // Per combine block that wrote its record: {start, end}, us after the decode's last CTA
   // ended (negative: before it, as early merges start).
   std::vector<std::array<double, 2>> combine_intervals;

@@ -33,6 +33,7 @@
 #include "tools/graph_ab.hpp"
 #include "tools/item_phases.hpp"
 #include "tools/page_order.hpp"
+#include "tools/slot_work.hpp"
 
 #ifndef KBMLA_GIT_COMMIT
 #define KBMLA_GIT_COMMIT "unknown"
@@ -91,6 +92,9 @@ struct Measurement {
   // --balance: each CTA's busy interval, their max / mean, and for plans with a combine its
   // blocks' spans after the decode's last CTA ended (balance_records.hpp).
   BalanceSummary balance;
+  // --balance, work-list plans: the planned work of each interval's slot (slot_work.hpp),
+  // {items, blocks, split items}, for fitting the cost model (bench/fit_costs.py).
+  std::vector<std::array<int64_t, 3>> cta_work;
   ItemPhases item_phases;                        // --balance: per-item phases (item_phases.hpp)
   tools::ClockSummary clock, graph_clock;        // SM clock during the timed runs (clock_probe.hpp)
   std::optional<DecodePath> path;                // the full-mode call's kernels and operand types
@@ -288,11 +292,7 @@ int run_bench(const BenchOptions& o) {
       opt.static_splits = splits;
       opt.batch_invariant_split_blocks = invariant_blocks;
       if (o.cost.per_kv_block > 0 || o.cost.per_item > 0 || o.cost.per_split > 0) {
-        CostModel c = sm90_cost_model(kv_dtype, bc.heads, bc.q_len);
-        if (o.cost.per_kv_block > 0) c.per_kv_block = o.cost.per_kv_block;
-        if (o.cost.per_item > 0) c.per_item = o.cost.per_item;
-        if (o.cost.per_split > 0) c.per_split = o.cost.per_split;
-        opt.cost = c;
+        opt.cost = cost_with_flags(sm90_cost_model(kv_dtype, bc.heads, bc.q_len), o.cost);
       }
       auto t0 = std::chrono::steady_clock::now();
       DevicePlan plan = DevicePlan::create(config, d.seqlens, opt);
@@ -373,6 +373,15 @@ int run_bench(const BenchOptions& o) {
         std::vector<unsigned long long> crec(size_t(std::max(combine_blocks, 0)) * 2);
         if (combine_blocks > 0) cuda_check(cudaMemcpy(crec.data(), ctl.ptr, crec.size() * 8, cudaMemcpyDeviceToHost), "copy");
         m.balance = summarize_balance(rec, ctas, crec, combine_blocks);
+        if (policy == Policy::kWorkList) {
+          const HostPlan& h = plan.host_plan();
+          const std::vector<SlotWork> work = slot_work(h);
+          for (int c : m.balance.interval_cta) {
+            const size_t g = size_t(c / h.shape.cluster_size);  // a cluster's CTAs share its slot
+            const SlotWork w = g < work.size() ? work[g] : SlotWork{};
+            m.cta_work.push_back({w.items, w.blocks, w.split_items});
+          }
+        }
       }
       const uint32_t errors = read_device_errors(ws.ptr, stream);
       require(errors == 0, "bench: ", bc.name, ": device reported: ", describe_device_errors(errors));
@@ -520,6 +529,7 @@ int run_bench(const BenchOptions& o) {
         nlohmann::json cta_intervals = nlohmann::json::array();
         for (const auto& iv : best.balance.intervals) cta_intervals.push_back({iv[0], iv[1], int(iv[2])});
         r["cta_intervals"] = std::move(cta_intervals);
+        if (!best.cta_work.empty()) r["cta_work"] = best.cta_work;
         if (!best.item_phases.empty()) r["item_phases"] = item_phases_json(best.item_phases);
       }
       results.push_back(r);

@@ -17,6 +17,7 @@
 #include "src/runtime/plan_impl.hpp"
 #include "tools/cases.hpp"
 #include "tools/commands.hpp"
+#include "tools/slot_work.hpp"
 
 namespace kbmla::tools {
 
@@ -32,8 +33,7 @@ struct PlanOptions {
   int cluster = 0;  // 0: sm90 rule (2 above 64 rows)
   bool no_causal = false;
   bool json = false;
-  CostModel cost = kDefaultCostModel;
-  bool cost_given = false;
+  CostModel cost{0, 0, 0};  // the cost flags; zeros: the decode's model's field (cost_with_flags)
   std::string kv_dtype;  // "" (the case's, else bf16), "bf16", "fp8_e4m3" or "fp8_e4m3_block": the cost model
 };
 
@@ -114,25 +114,10 @@ nlohmann::json to_json(const PlanReport& r) {
   nlohmann::json hist = nlohmann::json::object();
   for (auto [s, n] : r.splits_histogram) hist[std::to_string(s)] = n;
   j["splits_histogram"] = hist;
-  // Per active slot of the work list: its items, their KV blocks (split bounds, not clipped
-  // to causal visibility) and how many of them are pieces of split requests: the terms of
-  // the cost model, to fit it against the bench's measured per-CTA busy intervals.
+  // Per active slot of the work list: the cost model's terms (slot_work.hpp), to fit the
+  // model against the bench's measured per-CTA busy intervals.
   nlohmann::json slots = nlohmann::json::array();
-  const HostPlan& h = r.plan;
-  const int A = h.counts.num_active_clusters;
-  for (int g = 0; g < A; ++g) {
-    int64_t items = 0, blocks = 0, split_items = 0;
-    for (int64_t i = g; i < int64_t(h.work_list.size()) && h.work_list[size_t(i)] >= 0; i += A) {
-      const int32_t e = h.work_list[size_t(i)];
-      const int b = work_entry_tile_batch(e) % r.shape.batch, split = work_entry_split(e);
-      if (h.num_splits[size_t(b)] == 0) continue;
-      const int off = h.bounds_offset[size_t(b)];
-      ++items;
-      blocks += h.bounds[size_t(off + split + 1)] - h.bounds[size_t(off + split)];
-      if (h.num_splits[size_t(b)] > 1) ++split_items;
-    }
-    slots.push_back({items, blocks, split_items});
-  }
+  for (const SlotWork& w : slot_work(r.plan)) slots.push_back({w.items, w.blocks, w.split_items});
   j["slots"] = std::move(slots);
   for (const auto& p : r.policies) {
     j["policies"].push_back({{"policy", p.policy},
@@ -176,13 +161,10 @@ PlanShape shape_for(int batch, int q_len, int heads, KvDtype kv_dtype, const Pla
   s.cluster_size = o.cluster > 0 ? o.cluster : sm90_cluster_size(heads, q_len);
   s.tile_rows = kSm90RowsPerCta * s.cluster_size;
   s.num_ctas = o.sms;
-  // The decode's own model (by cache dtype) unless the cost flags override it.
-  s.cost = o.cost_given ? o.cost : sm90_cost_model(kv_dtype, heads, q_len);
+  // The decode's own model (by cache dtype and rows), each field the cost flags give
+  // replaced, as kbmla bench does.
+  s.cost = cost_with_flags(sm90_cost_model(kv_dtype, heads, q_len), o.cost);
   return s;
-}
-
-std::optional<CostModel> cost_of(const PlanOptions& o) {
-  return o.cost_given ? std::optional<CostModel>(o.cost) : std::nullopt;
 }
 
 int run_plan(const PlanOptions& o) {
@@ -192,7 +174,8 @@ int run_plan(const PlanOptions& o) {
     std::vector<int32_t> seqlens = parse_seqlens_csv(o.seqlens_csv);
     const KvDtype kv_dtype = o.kv_dtype.empty() ? KvDtype::kBFloat16 : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
     reports.push_back(make_report("seqlens", shape_for(int(seqlens.size()), o.q_len, o.heads, kv_dtype, o), seqlens));
-    reports.back().path = decode_path(o.heads, o.q_len, 576, 64, kv_dtype, !o.no_causal, o.sms, cost_of(o), seqlens);
+    reports.back().path =
+        decode_path(o.heads, o.q_len, 576, 64, kv_dtype, !o.no_causal, o.sms, reports.back().shape.cost, seqlens);
   } else {
     std::vector<BenchCase> cases = load_cases(o.cases_path.empty() ? default_cases_path() : o.cases_path);
     for (const auto& c : cases) {
@@ -200,8 +183,8 @@ int run_plan(const PlanOptions& o) {
       std::vector<int32_t> seqlens(c.seqlens.begin(), c.seqlens.end());
       const KvDtype kv_dtype = o.kv_dtype.empty() ? c.kv_dtype : kv_dtype_from_name(o.kv_dtype, "--kv-dtype");
       reports.push_back(make_report(c.name, shape_for(c.batch, c.q_len, c.heads, kv_dtype, o), seqlens));
-      reports.back().path =
-          decode_path(c.heads, c.q_len, c.d_qk, c.page_size, kv_dtype, !o.no_causal, o.sms, cost_of(o), seqlens);
+      reports.back().path = decode_path(c.heads, c.q_len, c.d_qk, c.page_size, kv_dtype, !o.no_causal, o.sms,
+                                        reports.back().shape.cost, seqlens);
     }
     if (reports.empty()) find_case(cases, o.case_name);  // throws with the list of names
   }
@@ -237,10 +220,7 @@ Action add_plan_command(CLI::App& app) {
                   "Cache dtype, for the decode's cost model (default: the case's, else bf16)")
       ->check(CLI::IsMember({"bf16", "fp8_e4m3", "fp8_e4m3_block"}));
   add_cost_options(cmd, o->cost);
-  return [o, cmd] {
-    o->cost_given = cmd->count("--cost-block") + cmd->count("--cost-item") + cmd->count("--cost-split") > 0;
-    return run_plan(*o);
-  };
+  return [o] { return run_plan(*o); };
 }
 
 }  // namespace kbmla::tools

@@ -20,6 +20,15 @@ inline void add_cost_options(CLI::App* cmd, CostModel& cost) {
   cmd->add_option("--cost-split", cost.per_split, "Cost model: extra ns per item of a split request")->check(range);
 }
 
+// `base` with each field the cost flags set (non-zero) replaced: the decode's model for the
+// case's dtype and rows is the base of kbmla plan and kbmla bench alike.
+inline CostModel cost_with_flags(CostModel base, const CostModel& flags) {
+  if (flags.per_kv_block > 0) base.per_kv_block = flags.per_kv_block;
+  if (flags.per_item > 0) base.per_item = flags.per_item;
+  if (flags.per_split > 0) base.per_split = flags.per_split;
+  return base;
+}
+
 Action add_plan_command(CLI::App& app);
 Action add_demo_command(CLI::App& app);
 Action add_bench_command(CLI::App& app);

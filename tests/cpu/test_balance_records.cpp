@@ -33,6 +33,17 @@ TEST(BalanceRecords, BusyIntervalsAndTheCombineAroundTheDecodesEnd) {
   EXPECT_DOUBLE_EQ(s.combine_end_us, 4.0);
 }
 
+// Each interval names its CTA, so that bench can put the planned work beside it: a CTA
+// without items leaves no interval and shifts the rest.
+TEST(BalanceRecords, IntervalsNameTheirCtas) {
+  const std::vector<unsigned long long> ctas = {0, 5000, 1, 0,  // no items
+                                                1000, 9000, 4, 3, 2000, 7000, 5, 1};
+  const BalanceSummary s = summarize_balance(ctas, 3, {}, 0);
+  ASSERT_EQ(s.intervals.size(), 2u);
+  EXPECT_EQ(s.interval_cta, (std::vector<int>{1, 2}));
+  EXPECT_DOUBLE_EQ(s.intervals[1][2], 5.0);
+}
+
 TEST(BalanceRecords, NoCombineAndNoItems) {
   const BalanceSummary s = summarize_balance({0, 0, 0, 0}, 1, {}, 0);
   EXPECT_TRUE(s.intervals.empty());
