@@ -105,7 +105,7 @@ KBMLA_HD CostModel sm90_bf16_cost_model(int rows) {
 // split 64-row cases, -0.5..-1.6 % each but skew_Sq4 (level), e.g. kimi_lognormal_B64_Sq4_H12
 // 73.2 / 74.7 -> 72.0 / 72.9 us (bench/NOTES.md v36).
 // Tiles of at most 16 rows: an item at 5000 ns, not 3000 (v63). A least-squares fit of
-// 1,926 CTAs' busy times (three runs of five page-64 cases, the kernels of v62) gave 1.06 us
+// 1,938 CTAs' busy times (three runs of five page-64 cases, the kernels of v62) gave 1.06 us
 // a block and 5.3 an item: at 3000 the multi-item slots were the late ones (skew_Sq1's
 // slots of two short requests 43.3 us against 39.6 for a long piece; busy max/mean
 // 1.10-1.14). Four alternated rounds, 3000 / 4000 / 5000: skew_Sq1 53.7 / 51.9 / 52.6 us,
