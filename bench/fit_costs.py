@@ -3,14 +3,16 @@
 item) to measured per-CTA busy times.
 
 Usage: python3 bench/fit_costs.py RUN.json[.gz] [RUN ...] --rows {narrow,tile,cluster}
-       [--cases A,B,...] [--page-size 64] [--plan-bin build/kbmla [--cost-block N --cost-item N --cost-split N]]
+       [--cases A,B,...] [--page-size 64] [--plan-bin build/kbmla [--cost-block N --cost-item N --cost-split N]
+       [--try-item N,N,...]]
 
 RUN files are `kbmla bench --balance` results of one cache dtype (work-list policy). Each CTA's
 busy time (cta_intervals: end - start) is paired with its slot's planned work (cta_work:
 items, KV blocks, split items; recorded by bench since v63). Files from before v63 have no
 cta_work: with --plan-bin the slots come from `kbmla plan --json` of that binary, which must
-plan with the run's cost model (pass the run's --cost-* flags; the binary's own model by
-default), and a case is skipped where its CTA count does not match the plan.
+plan with the run's cost model (the binary's own model by default; --cost-* flags replace
+fields of it, in binaries from 83c39ea on: older ones started from a generic model), and a
+case is skipped where its CTA count does not match the plan.
 
 Rows select one row class of the model (narrow: at most 16 rows a CTA; tile: 17..64; cluster:
 2-CTA clusters above 64 rows). The fit is least squares of
@@ -18,7 +20,11 @@ Rows select one row class of the model (narrow: at most 16 rows a CTA; tile: 17.
 over every CTA of the selected cases. It prints the coefficients, the model's terms in ns at
 the fitted block cost of 1000 (the planner's units are relative: only ratios move a plan),
 and per case and slot type (items, blocks, split items) the measured and fitted means, so
-that a misfit shows where it sits. bench/NOTES.md v63 used it to price the narrow fp8 item.
+that a misfit shows where it sits. With --plan-bin and --try-item it also plans each case at
+each candidate per_item and prices the plan's slots with the fit (slowest slot and mean): the
+prediction to write down before an A/B. bench/NOTES.md v63 used it to price the narrow fp8
+item (busy times do not show the merge a split adds after the decode: judge per_split by
+end-to-end time).
 """
 import argparse
 import collections
@@ -133,6 +139,20 @@ def report(data, coef):
     return "\n".join(lines)
 
 
+def predict_plans(coef, plan_bin, cases, dtype, sms, candidates, base_flags):
+    """Per case and candidate --cost-item, the fitted busy time of the plan's slowest slot and
+    the mean over the slots with work: what a new per_item would do before a GPU run."""
+    lines = ["predicted busy us of each plan's slowest slot / mean (fitted terms), by --cost-item:"]
+    for case in sorted(cases):
+        cells = []
+        for item in candidates:
+            slots, _ = planned_slots(plan_bin, case, dtype, sms, list(base_flags) + ["--cost-item", str(item)])
+            busy = [predict(coef, w) for w in slots]
+            cells.append(f"{item}: {max(busy):.1f} / {sum(busy) / len(busy):.1f} ({len(slots)} slots)")
+        lines.append(f"  {case[:36]:36s} " + " | ".join(cells))
+    return "\n".join(lines)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="+")
@@ -143,6 +163,8 @@ def main(argv=None):
     ap.add_argument("--plan-bin", help="kbmla binary whose `plan --json` gives the slots of runs without cta_work")
     for flag in ("--cost-block", "--cost-item", "--cost-split"):
         ap.add_argument(flag, type=int, help="passed to `kbmla plan` with --plan-bin")
+    ap.add_argument("--try-item", help="comma-separated per_item values (ns): with --plan-bin, each case's plan "
+                    "at each value, priced by the fit")
     a = ap.parse_args(argv)
     runs = [load(p) for p in a.files]
     dtypes = {r.get("kv_dtype") for run in runs for r in run["results"]}
@@ -158,7 +180,16 @@ def main(argv=None):
         print(f"skipped {s}", file=sys.stderr)
     if not data:
         sys.exit(f"fit_costs: no CTA of row class {a.rows!r} at page size {a.page_size} in the files")
-    print(report(data, fit(data, intercept=not a.no_intercept)))
+    coef = fit(data, intercept=not a.no_intercept)
+    print(report(data, coef))
+    if a.try_item:
+        if a.plan_bin is None:
+            sys.exit("fit_costs: --try-item needs --plan-bin (the binary whose planner to ask)")
+        # The run's other cost flags stay; each candidate replaces --cost-item.
+        pairs = list(zip(cost_flags[0::2], cost_flags[1::2]))
+        base = [x for flag, value in pairs if flag != "--cost-item" for x in (flag, value)]
+        print(predict_plans(coef, a.plan_bin, {case for case, _, _ in data}, dtypes.pop(),
+                            runs[0].get("sm_count", 132), [int(x) for x in a.try_item.split(",")], base))
 
 
 if __name__ == "__main__":

@@ -60,3 +60,20 @@ def test_too_few_slot_shapes_is_an_error():
     data, _ = fit_costs.samples([run], "narrow")
     with pytest.raises(ValueError, match="do not determine every term"):
         fit_costs.fit(data)
+
+
+def test_candidate_items_are_planned_and_priced(tmp_path):
+    # A stand-in for `kbmla plan --json`: two slot shapes whose mix follows --cost-item.
+    fake = tmp_path / "kbmla"
+    fake.write_text(
+        "#!/usr/bin/env python3\n"
+        "import json, sys\n"
+        "a = sys.argv\n"
+        "item = int(a[a.index('--cost-item') + 1]) if '--cost-item' in a else 3000\n"
+        "assert a[1] == 'plan' and '--json' in a and a[a.index('--cost-block') + 1] == '900'\n"
+        "slots = [[2, 32, 0]] * 4 + [[1, 35, 1]] * 4 if item < 4000 else [[2, 30, 0]] * 4 + [[1, 36, 1]] * 5\n"
+        "print(json.dumps({'slots': slots, 'cluster_size': 1}))\n")
+    fake.chmod(0o755)
+    text = fit_costs.predict_plans(COEF, str(fake), {"skew"}, "fp8_e4m3", 132, [3000, 5000], ["--cost-block", "900"])
+    two_short = fit_costs.predict(COEF, (2, 32, 0))
+    assert f"3000: {two_short:.1f} /" in text and "(8 slots)" in text and "(9 slots)" in text
