@@ -8,7 +8,7 @@ Usage: python3 bench/fit_costs.py RUN.json[.gz] [RUN ...] --rows {narrow,tile,cl
 
 RUN files are `kbmla bench --balance` results of one cache dtype (work-list policy). Each CTA's
 busy time (cta_intervals: end - start) is paired with its slot's planned work (cta_work:
-items, KV blocks, split items; recorded by bench since v63). Files from before v63 have no
+items, KV blocks, split items; recorded by bench since 83c39ea, v63). Older files have no
 cta_work: with --plan-bin the slots come from `kbmla plan --json` of that binary, which must
 plan with the run's cost model (the binary's own model by default; --cost-* flags replace
 fields of it, in binaries from 83c39ea on: older ones started from a generic model), and a
@@ -17,8 +17,10 @@ case is skipped where its CTA count does not match the plan.
 Rows select one row class of the model (narrow: at most 16 rows a CTA; tile: 17..64; cluster:
 2-CTA clusters above 64 rows). The fit is least squares of
     busy_us = c0 + block * blocks + item * items + split * split_items
-over every CTA of the selected cases. It prints the coefficients, the model's terms in ns at
-the fitted block cost of 1000 (the planner's units are relative: only ratios move a plan),
+over every CTA of the selected cases (keep to cases of one cache row size with --cases: a
+d_qk 512 case streams fewer bytes a block than its 576 twin). It prints the coefficients,
+the model's terms in ns at the fitted block cost of 1000 (the planner's units are relative:
+only ratios move a plan),
 and per case and slot type (items, blocks, split items) the measured and fitted means, so
 that a misfit shows where it sits. With --plan-bin and --try-item it also plans each case at
 each candidate per_item and prices the plan's slots with the fit (slowest slot and mean): the
@@ -30,7 +32,6 @@ import argparse
 import collections
 import gzip
 import json
-import os
 import subprocess
 import sys
 
