@@ -93,10 +93,13 @@ __device__ __forceinline__ uint8_t* aligned_1024(uint8_t* smem_raw) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 }
 
-// The one-thread ring every probe runs: `issue(i)` fills stage i % stages and arms its barrier;
-// `total` loads with `stages` in flight; the start and end times go to rec[1], rec[2].
+// The one-thread ring every probe runs: the barriers initialised, `issue(i)` fills stage
+// i % stages and arms its barrier; `total` loads with `stages` in flight; the CTA's SM, start
+// and end times go to rec[0..2].
 template <class Issue>
 __device__ void run_ring(long total, int stages, uint64_t* bars, Issue issue, unsigned long long* rec) {
+  rec[0] = smid();
+  init_barriers(bars, stages);
   const unsigned long long t0 = now_ns();
   for (long i = 0; i < stages && i < total; ++i) issue(i);
   for (long i = 0; i < total; ++i) {
@@ -127,7 +130,6 @@ __global__ void stream_probe(const uint8_t* buf, size_t region, int passes, int 
   rec[3 * blockIdx.x + 1] = 0;
   rec[3 * blockIdx.x + 2] = 0;
   if (only_even && (sm & 1)) return;
-  init_barriers(bars, stages);
   const unsigned owner = placement == 1 ? (blockIdx.x + 37) % gridDim.x : blockIdx.x;
   const uint8_t* base = buf + size_t(owner) * region;
   const long chunks_per_pass = long(region / kChunk);
@@ -160,8 +162,6 @@ __global__ void page_probe(const __grid_constant__ CUtensorMap latent, const __g
   __shared__ __align__(8) uint64_t bars[kPageStages];
   uint8_t* smem = aligned_1024(smem_raw);
   if (threadIdx.x != 0) return;
-  rec[3 * blockIdx.x] = smid();
-  init_barriers(bars, kPageStages);
   auto issue = [&](int i) {
     const int s = i % kPageStages;
     const unsigned dst = unsigned(__cvta_generic_to_shared(smem + size_t(s) * kPageBytes));
@@ -200,8 +200,6 @@ __global__ void box_probe(const __grid_constant__ CUtensorMap latent, const __gr
   __shared__ __align__(8) uint64_t bars[kMaxStages];
   uint8_t* smem = aligned_1024(smem_raw);
   if (threadIdx.x != 0) return;
-  rec[3 * blockIdx.x] = smid();
-  init_barriers(bars, stages);
   const int page_bytes = 64 * row_bytes;
   const int parts = 64 / box_rows;
   auto issue = [&](int i) {
