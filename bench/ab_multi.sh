@@ -4,6 +4,8 @@
 # round (each case from an idle GPU: --cool-ms, default 1000), work list only; per binary
 # and round a log and the bench JSON under $OUT, named
 # <dir of the binary>-<binary>-<dtype>-r<round>. Summarise them with bench/ab_table.py.
+# AB_FLAGS: more bench flags for every run (e.g. --graph: graph-replay medians beside the
+# eager ones, ab_table.py --graph).
 # Build the variants with bench/build_variant.sh and carry them.
 # Usage: bench/ab_multi.sh ROUNDS CASE[,CASE...] DTYPE BIN_A BIN_B [BIN ...]
 #   e.g. bench/ab_multi.sh 3 uniform_B128_Sq4_H16_L4096,lognormal_H16_Sq4 fp8_e4m3_block \
@@ -31,7 +33,7 @@ for r in $(seq 1 "$rounds"); do
     bin=${bins[$(((i + r - 1) % n))]}
     tag=$(basename "$(dirname "$bin")")-$(basename "$bin")
     timeout -s KILL 300 "$bin" bench --cases "$out/ab-cases.json" --case all --kv-dtype "$dtype" --policies worklist \
-      --cool-ms "${COOL:-1000}" --json "$out/$tag-$dtype-r$r.json" > "$out/$tag-$dtype-r$r.log" 2>&1
+      --cool-ms "${COOL:-1000}" ${AB_FLAGS:-} --json "$out/$tag-$dtype-r$r.json" > "$out/$tag-$dtype-r$r.log" 2>&1
     echo "== $tag r$r rc=$?"
     awk '$2 ~ /^worklist/ {print $1, $4, $8, $9}' "$out/$tag-$dtype-r$r.log"
   done

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Summarises an A/B of kbmla binaries (bench/ab_multi.sh's JSON files): per case, each
 binary's median over the rounds of its eager median time, the range, the change against the
-first binary and % of copy.
+first binary and % of copy; with --graph the same of the graph-replay medians (runs with
+AB_FLAGS=--graph: each case also timed as a replayed CUDA graph, without the host's launch).
 
-Usage: bench/ab_table.py DIR [--base TAG]   (DIR holds <tag>-<dtype>-r<N>.json[.gz] files;
-the base is the first tag in sorted order unless --base names one)."""
+Usage: bench/ab_table.py DIR [--base TAG] [--graph]   (DIR holds <tag>-<dtype>-r<N>.json[.gz]
+files; the base is the first tag in sorted order unless --base names one)."""
 import argparse
 import gzip
 import json
@@ -22,8 +23,10 @@ def load(path):
         return json.load(f)
 
 
-def collect(directory):
-    """{(dtype, case): {tag: [(median_us, pct_of_copy), ...]}} and the case order seen."""
+def collect(directory, graph=False):
+    """{(dtype, case): {tag: [(median_us, pct_of_copy), ...]}} and the case order seen (graph:
+    the graph-replay figures; a file without them is an error, not a silent eager figure)."""
+    keys = ("graph_median_us", "graph_pct_of_copy") if graph else ("median_us", "pct_of_copy")
     runs, order = {}, []
     for name in sorted(os.listdir(directory)):
         m = NAME.match(name)
@@ -35,7 +38,9 @@ def collect(directory):
             key = (m["dtype"], r["case"])
             if key not in runs:
                 order.append(key)
-            runs.setdefault(key, {}).setdefault(m["tag"], []).append((r["median_us"], r["pct_of_copy"]))
+            if keys[0] not in r:
+                sys.exit(f"ab_table: {name}: {r['case']} has no {keys[0]} (run the A/B with AB_FLAGS=--graph)")
+            runs.setdefault(key, {}).setdefault(m["tag"], []).append((r[keys[0]], r[keys[1]]))
     return runs, order
 
 
@@ -59,8 +64,9 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("directory")
     ap.add_argument("--base", help="the tag the others are compared with (default: the first)")
+    ap.add_argument("--graph", action="store_true", help="the graph-replay medians instead of the eager ones")
     a = ap.parse_args(argv)
-    runs, order = collect(a.directory)
+    runs, order = collect(a.directory, a.graph)
     if not runs:
         sys.exit(f"ab_table: no <tag>-<dtype>-r<N>.json files in {a.directory}")
     for dtype, case, tag, us, lo, hi, change, pct in table(runs, order, a.base):

@@ -48,3 +48,18 @@ def test_an_empty_directory_is_an_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         ab_table.main([str(tmp_path)])
     assert "no <tag>-<dtype>-r<N>.json files" in str(e.value)
+
+
+def test_graph_figures_on_request_and_an_error_where_missing(tmp_path):
+    d = str(tmp_path)
+    for r, (a, b) in enumerate([(100.0, 96.0), (102.0, 94.0)], start=1):
+        write(d, f"a-kbmla-fp8_e4m3-r{r}.json", [dict(result("x", a, 60.0), graph_median_us=a - 3, graph_pct_of_copy=62.0)])
+        write(d, f"b-kbmla-fp8_e4m3-r{r}.json", [dict(result("x", b, 65.0), graph_median_us=b + 1, graph_pct_of_copy=61.0)])
+    rows = ab_table.table(*ab_table.collect(d, graph=True))
+    assert [row[3] for row in rows] == [98.0, 96.0] and rows[1][7] == 61.0
+    rows = ab_table.table(*ab_table.collect(d))  # the eager figures by default
+    assert [row[3] for row in rows] == [101.0, 95.0]
+    write(d, "c-kbmla-fp8_e4m3-r1.json", [result("x", 90.0, 70.0)])
+    with pytest.raises(SystemExit) as e:
+        ab_table.collect(d, graph=True)
+    assert "has no graph_median_us" in str(e.value)
