@@ -378,7 +378,10 @@ int run_bench(const BenchOptions& o) {
           const std::vector<SlotWork> work = slot_work(h);
           for (int c : m.balance.interval_cta) {
             const size_t g = size_t(c / h.shape.cluster_size);  // a cluster's CTAs share its slot
-            const SlotWork w = g < work.size() ? work[g] : SlotWork{};
+            // (A CTA past the plan's slots would be a timeline bug: no zero terms for the fit.)
+            require(g < work.size(), "bench: ", bc.name, ": CTA ", c, " recorded work, the plan has ", work.size(),
+                    " slots");
+            const SlotWork& w = work[g];
             m.cta_work.push_back({w.items, w.blocks, w.split_items});
           }
         }
